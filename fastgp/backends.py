@@ -1,0 +1,129 @@
+"""Backend resolution: which implementation of the three row primitives a call uses.
+
+The primitives (see ``fastgp.rowops``) are
+
+    stats(g, carry, kind, target) -> (8, B) float32   sums of squares, norms, penalties
+    scale(s, g, out_dtype)        -> (B, D)            s[b] * g[b, :]
+    dot(a, b)                     -> (B,) float32      per-sample dot products
+
+``"auto"`` picks the Pallas TPU kernel where the program is lowered for TPU and the XLA version
+everywhere else, decided at lowering time by ``lax.platform_dependent`` (so ahead-of-time export
+for TPU from a CPU host gets the kernel).
+"""
+
+import functools
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental.pallas import tpu as pltpu
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+from fastgp import kernels
+from fastgp.kernels.penalty_tpu import NORM_ROW, PENALTY_ROW, STATS_ROWS, SUM_ROW
+
+BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "xla")
+
+
+class RowOps(NamedTuple):
+    stats: Callable
+    scale: Callable
+    dot: Callable
+
+
+# --- XLA ----------------------------------------------------------------------------------------
+
+def _xla_stats(g, carry=None, *, kind=None, target=1.0):
+    x = g.astype(jnp.float32)
+    total = jnp.sum(x * x, axis=1)
+    if carry is not None:
+        total = total + carry[SUM_ROW]
+    rows = [total]
+    if kind is not None:
+        norm = jnp.sqrt(total)
+        rows += [norm, kernels.penalty_of_norm(total, norm, kind, target)]
+    rows += [jnp.zeros_like(total)] * (STATS_ROWS - len(rows))
+    return jnp.stack(rows)
+
+
+def _xla_scale(scale, g, *, out_dtype=None):
+    out = scale.astype(jnp.float32)[:, None] * g.astype(jnp.float32)
+    return out.astype(out_dtype or g.dtype)
+
+
+def _xla_dot(a, b):
+    return jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32), axis=1)
+
+
+XLA = RowOps(_xla_stats, _xla_scale, _xla_dot)
+
+
+# --- Pallas -------------------------------------------------------------------------------------
+
+def _pallas_ops(interpret) -> RowOps:
+    return RowOps(
+        functools.partial(kernels.row_stats, interpret=interpret),
+        functools.partial(kernels.scale_rows, interpret=interpret),
+        functools.partial(kernels.row_dot, interpret=interpret),
+    )
+
+
+# A primitive whose only job is to fail, with a clear message, when lowered for a platform that
+# the requested backend cannot run on. Tracing it is fine: lax.platform_dependent traces every
+# branch but lowers only the ones for the platforms being compiled.
+_unsupported_p = Primitive("fastgp_backend_unsupported")
+_unsupported_p.def_abstract_eval(lambda x, *, message: x)
+
+
+def _raise_on_lowering(ctx, x, *, message):
+    raise ValueError(message)
+
+
+mlir.register_lowering(_unsupported_p, _raise_on_lowering)
+
+
+def _tpu_only(fn: Callable, backend: str) -> Callable:
+    """Run ``fn`` when lowered for TPU; lowering for any other platform raises ValueError."""
+    message = (f"backend={backend!r} runs the Pallas TPU kernel, but this program is being lowered "
+               f"for a non-TPU platform ({jax.default_backend()!r} by default). Use "
+               f"backend='interpret' or 'tpu-interpret' to run the kernel on CPU, 'xla' for plain "
+               f"JAX, or 'auto' to pick per platform.")
+
+    def unsupported(*args, **kwargs):
+        out = jax.eval_shape(functools.partial(fn, **kwargs), *args)
+        return jax.tree.map(
+            lambda s: _unsupported_p.bind(jnp.zeros(s.shape, s.dtype), message=message), out)
+
+    def wrapped(*args, **kwargs):
+        return lax.platform_dependent(*args, tpu=functools.partial(fn, **kwargs),
+                                      default=functools.partial(unsupported, **kwargs))
+
+    return wrapped
+
+
+def _auto(fn_tpu: Callable, fn_default: Callable) -> Callable:
+    def wrapped(*args, **kwargs):
+        return lax.platform_dependent(*args, tpu=functools.partial(fn_tpu, **kwargs),
+                                      default=functools.partial(fn_default, **kwargs))
+    return wrapped
+
+
+def resolve(backend: str) -> RowOps:
+    """The RowOps for a backend name; raises ValueError for an unknown name."""
+    if backend == "xla":
+        return XLA
+    if backend == "interpret":
+        return _pallas_ops(True)
+    if backend == "tpu-interpret":
+        return _pallas_ops(pltpu.InterpretParams())
+    tpu = _pallas_ops(False)
+    if backend == "pallas":
+        return RowOps(*(_tpu_only(f, backend) for f in tpu))
+    if backend == "auto":
+        return RowOps(*(_auto(f, x) for f, x in zip(tpu, XLA)))
+    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+
+
+__all__ = ["BACKENDS", "NORM_ROW", "PENALTY_ROW", "RowOps", "SUM_ROW", "XLA", "resolve"]

@@ -1,0 +1,97 @@
+"""Input validation: every bad input gets a ValueError/TypeError that names the problem."""
+
+import math
+import numbers
+
+import jax
+import jax.numpy as jnp
+from einops import rearrange
+
+from fastgp.backends import BACKENDS
+from fastgp.kernels import KINDS
+
+
+def rows_of(tree, what: str):
+    """Flatten a pytree of (B, ...) float arrays into a tuple of (B, D_i) views and return B."""
+    leaves = jax.tree.leaves(tree)
+    if not leaves:
+        raise ValueError(f"{what} is an empty pytree; expected at least one (B, ...) array")
+    batch = None
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        name = f"{what}{jax.tree_util.keystr(path)}"
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            raise TypeError(f"{name} is a {type(leaf).__name__}, expected an array")
+        if not jnp.issubdtype(leaf.dtype, jnp.floating):
+            raise TypeError(f"{name} has dtype {leaf.dtype}; gradient penalties need a floating "
+                            f"dtype (float32, bfloat16 or float16)")
+        if leaf.ndim == 0:
+            raise ValueError(f"{name} is a scalar; expected a leading batch axis (B, ...)")
+        if leaf.shape[0] == 0:
+            raise ValueError(f"{name} has batch size 0 (shape {leaf.shape}); need B >= 1")
+        if math.prod(leaf.shape[1:]) == 0:
+            raise ValueError(f"{name} has no features per sample (shape {leaf.shape})")
+        if batch is None:
+            batch = leaf.shape[0]
+        elif leaf.shape[0] != batch:
+            raise ValueError(f"{name} has batch size {leaf.shape[0]} but earlier leaves have "
+                             f"{batch}; every leaf must share the leading batch axis")
+    rows = tuple(rearrange(leaf, "b ... -> b (...)") for leaf in leaves)
+    return rows, batch
+
+
+def check_same_structure(real, fake):
+    """real and fake must have the same tree structure, shapes and dtypes."""
+    if jax.tree.structure(real) != jax.tree.structure(fake):
+        raise ValueError(f"real and fake have different structures: {jax.tree.structure(real)} "
+                         f"vs {jax.tree.structure(fake)}")
+    for (path, r), f in zip(jax.tree_util.tree_leaves_with_path(real), jax.tree.leaves(fake)):
+        if r.shape != f.shape:
+            raise ValueError(f"real{jax.tree_util.keystr(path)} has shape {r.shape} but fake has "
+                             f"{f.shape}")
+        if r.dtype != f.dtype:
+            raise TypeError(f"real{jax.tree_util.keystr(path)} has dtype {r.dtype} but fake has "
+                            f"{f.dtype}")
+
+
+def check_kind(kind):
+    if kind not in KINDS:
+        raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}")
+
+
+def check_backend(backend):
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+
+
+def check_target(target) -> float:
+    """The target is compiled into the kernel, so it must be a static, finite, positive number."""
+    if isinstance(target, jax.core.Tracer) or not isinstance(target, numbers.Real):
+        raise TypeError(f"target must be a static Python number, got {type(target).__name__}")
+    target = float(target)
+    if not math.isfinite(target) or target <= 0:
+        raise ValueError(f"target must be finite and > 0, got {target}")
+    return target
+
+
+def check_weight(weight):
+    """Weights may be traced (schedules); concrete ones must be finite."""
+    if isinstance(weight, jax.core.Tracer):
+        return weight
+    try:
+        value = float(weight)
+    except TypeError as err:
+        raise TypeError(f"weight must be a real scalar, got {weight!r}") from err
+    if not math.isfinite(value):
+        raise ValueError(f"weight must be finite, got {value}")
+    return weight
+
+
+def check_scores(scores, batch: int):
+    """Critic output must be (B,) or (B, 1); returns it as (B,)."""
+    shape = getattr(scores, "shape", None)
+    if shape not in ((batch,), (batch, 1)):
+        raise ValueError(f"critic must return scores of shape ({batch},) or ({batch}, 1) for a "
+                         f"batch of {batch}, got {shape}")
+    if not jnp.issubdtype(scores.dtype, jnp.floating):
+        raise TypeError(f"critic scores have dtype {scores.dtype}; expected a floating dtype")
+    return scores.reshape(batch)

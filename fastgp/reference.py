@@ -1,0 +1,40 @@
+"""The naive jnp gradient penalty, written the way most trainers write it. Kept as the oracle.
+
+No kernels, no custom VJPs: ``jax.grad`` of the summed critic output, ``sqrt(sum(g ** 2))`` per
+sample (in float32), the penalty, the mean. Its backward divides by the norm, so a sample with a
+zero input-gradient turns every parameter gradient into NaN; that is the failure fastgp removes.
+"""
+
+import jax
+import jax.numpy as jnp
+
+
+def naive_grad_norms(grads):
+    """(B,) float32 per-sample L2 norms, plain jnp."""
+    leaves = jax.tree.leaves(grads)
+    batch = leaves[0].shape[0]
+    sumsq = sum(jnp.sum(jnp.square(leaf.astype(jnp.float32).reshape(batch, -1)), axis=1)
+                for leaf in leaves)
+    return jnp.sqrt(sumsq)
+
+
+def naive_penalties(norms, *, kind="wgan-gp", target=1.0):
+    """Per-sample penalty of a (B,) norm vector."""
+    if kind == "wgan-gp":
+        return (norms / target - 1.0) ** 2
+    if kind == "wgan-lp":
+        return jnp.maximum(0.0, norms / target - 1.0) ** 2
+    if kind == "r1":
+        return norms ** 2
+    raise ValueError(f"unknown penalty kind {kind!r}")
+
+
+def naive_penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=1.0):
+    """weight * mean_b p(n_b) on one device."""
+    return weight * jnp.mean(naive_penalties(naive_grad_norms(grads), kind=kind, target=target))
+
+
+def naive_gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0):
+    """Nested-``jax.grad`` gradient penalty of ``critic`` at ``x`` (one device, whole batch)."""
+    grads = jax.grad(lambda y: jnp.sum(critic(y)))(x)
+    return naive_penalty_from_grads(grads, kind=kind, target=target, weight=weight)

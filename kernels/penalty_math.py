@@ -1,0 +1,31 @@
+"""The per-sample penalty as a function of the input-gradient norm, shared by kernels and XLA path.
+
+Written with plain ``jnp`` so it runs both inside a Pallas kernel body and in ordinary JAX code.
+All inputs and outputs are float32 arrays of any (matching) shape.
+"""
+
+import jax.numpy as jnp
+
+KINDS = ("wgan-gp", "wgan-lp", "r1")
+
+
+def penalty_of_norm(sumsq, norm, kind: str, target: float):
+    """p(n): ``(n/t - 1)^2`` (wgan-gp), ``max(0, n/t - 1)^2`` (wgan-lp), ``n^2`` (r1)."""
+    if kind == "wgan-gp":
+        return jnp.square(norm * (1.0 / target) - 1.0)
+    if kind == "wgan-lp":
+        return jnp.square(jnp.maximum(norm * (1.0 / target) - 1.0, 0.0))
+    if kind == "r1":
+        return sumsq
+    raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}")
+
+
+def penalty_slope(norm, kind: str, target: float):
+    """dp/dn for :func:`penalty_of_norm`, elementwise."""
+    if kind == "wgan-gp":
+        return (2.0 / target) * (norm * (1.0 / target) - 1.0)
+    if kind == "wgan-lp":
+        return (2.0 / target) * jnp.maximum(norm * (1.0 / target) - 1.0, 0.0)
+    if kind == "r1":
+        return 2.0 * norm
+    raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}")
