@@ -1,0 +1,75 @@
+"""Datasets: the WGAN-GP toy distributions (as in the paper's ``gan_toy.py``) and 8x8 digits.
+
+    sample_toy(name, key, n)  -> (n, 2) float32, jittable, key-driven
+    toy_modes(name)           -> (centers (M, 2) float32, sigma), in data coordinates
+    load_digits()             -> (1797, 1, 8, 8) float32 in [-1, 1]
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+TOY_DATASETS = ("8gaussians", "25gaussians", "swissroll")
+DATASETS = TOY_DATASETS + ("digits",)
+
+# (raw centers, raw noise std, divisor) exactly as in gan_toy.py; points are
+# (center + std * N(0, 1)) / divisor.
+_R = 1.0 / math.sqrt(2.0)
+_8_CENTERS = 2.0 * np.array([(1, 0), (-1, 0), (0, 1), (0, -1),
+                             (_R, _R), (_R, -_R), (-_R, _R), (-_R, -_R)])
+_25_CENTERS = 2.0 * np.array([(x, y) for x in range(-2, 3) for y in range(-2, 3)])
+_MIXTURES = {
+    "8gaussians": (_8_CENTERS, 0.02, 1.414),
+    "25gaussians": (_25_CENTERS, 0.05, 2.828),
+}
+
+
+def _check_name(name, valid):
+    if name not in valid:
+        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(valid)}")
+
+
+def sample_toy(name: str, key: jax.Array, n: int) -> jax.Array:
+    """Draw ``n`` points (n, 2) float32 from toy dataset ``name``.
+
+    Gaussian mixtures pick a center uniformly per point (gan_toy.py draws 8gaussians that way and
+    shuffles an equal-count 25gaussians pool, which is the same distribution). ``swissroll`` is
+    ``sklearn.datasets.make_swiss_roll(n, noise=0.25)`` columns [0, 2] divided by 7.5, written in
+    jax (t = 1.5 pi (1 + 2u), x = t cos t, z = t sin t, plus 0.25 * N(0, 1) per coordinate) so it
+    stays jittable.
+    """
+    _check_name(name, TOY_DATASETS)
+    k_choice, k_noise = jax.random.split(key)
+    if name == "swissroll":
+        t = 1.5 * jnp.pi * (1.0 + 2.0 * jax.random.uniform(k_choice, (n,), jnp.float32))
+        clean = jnp.stack([t * jnp.cos(t), t * jnp.sin(t)], axis=1)
+        noisy = clean + 0.25 * jax.random.normal(k_noise, (n, 2), jnp.float32)
+        return noisy / 7.5
+    centers, std, divisor = _MIXTURES[name]
+    centers = jnp.asarray(centers, jnp.float32)
+    idx = jax.random.randint(k_choice, (n,), 0, centers.shape[0])
+    points = centers[idx] + std * jax.random.normal(k_noise, (n, 2), jnp.float32)
+    return points / divisor
+
+
+def toy_modes(name: str) -> tuple[np.ndarray, float]:
+    """(centers (M, 2) float32, per-axis sigma) of a Gaussian-mixture toy set, in data coordinates."""
+    if name == "swissroll":
+        raise ValueError("'swissroll' has no discrete modes; toy_modes needs 8gaussians or "
+                         "25gaussians")
+    _check_name(name, tuple(_MIXTURES))
+    centers, std, divisor = _MIXTURES[name]
+    return (centers / divisor).astype(np.float32), std / divisor
+
+
+def load_digits() -> np.ndarray:
+    """scikit-learn's 8x8 digits (bundled, no download) as (N, 1, 8, 8) float32 in [-1, 1]."""
+    from sklearn.datasets import load_digits as _sk_load_digits
+
+    images = _sk_load_digits().images.astype(np.float32)  # pixel values 0..16
+    return (images / 8.0 - 1.0)[:, None, :, :]
+
+
+__all__ = ["DATASETS", "TOY_DATASETS", "load_digits", "sample_toy", "toy_modes"]

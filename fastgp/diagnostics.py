@@ -1,0 +1,81 @@
+"""Per-shard training diagnostics: computed on each core, gathered so every core sees them all.
+
+Inside ``shard_map``:
+    norm_stats(norms)                  -> {norm_mean, norm_min, norm_max: f32, nonfinite: int32}
+    skipped_norm_stats(axis_name)      -> the same for a step without a penalty (NaN, NaN, NaN, 0)
+    gather(values, axis_name)          -> each scalar becomes an (n_devices,) array, replicated
+
+On the host:
+    summarize(metrics)                 -> floats of the last step, for logs and progress bars
+    replica_spread(metrics)            -> largest disagreement between cores on a global value
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+NORM_STATS = ("norm_mean", "norm_min", "norm_max", "nonfinite")
+
+
+def norm_stats(norms):
+    """Statistics of this shard's (B_local,) float32 input-gradient norms (local scalars)."""
+    return {
+        "norm_mean": jnp.mean(norms),
+        "norm_min": jnp.min(norms),
+        "norm_max": jnp.max(norms),
+        "nonfinite": jnp.sum(~jnp.isfinite(norms), dtype=jnp.int32),
+    }
+
+
+def skipped_norm_stats(axis_name):
+    """Stats for a critic step whose penalty was skipped (lazy regularisation): nothing measured."""
+    nan = lax.pcast(jnp.float32(jnp.nan), axis_name, to="varying")
+    return {"norm_mean": nan, "norm_min": nan, "norm_max": nan,
+            "nonfinite": lax.pcast(jnp.int32(0), axis_name, to="varying")}
+
+
+def gather(values, axis_name):
+    """all_gather each scalar of a dict over ``axis_name``: (n_devices,) arrays, same on every core.
+
+    Values already identical on every core (psum'd losses) are gathered too, so a host can check
+    that the replicas agree.
+    """
+    def one(x):
+        if axis_name not in jax.typeof(x).manual_axis_type.varying:
+            x = lax.pcast(x, axis_name, to="varying")
+        return lax.all_gather(x, axis_name, to="invarying")
+
+    return {name: one(x) for name, x in values.items()}
+
+
+def summarize(metrics) -> dict:
+    """Host floats of the last critic and generator step of a ``Trainer.run`` metrics dict.
+
+    Losses are taken from core 0 (``replica_spread``: how far the cores disagree over all steps); norm statistics are combined over cores (mean of means, min of mins, ...).
+    """
+    last = {name: np.asarray(value)[-1] for name, value in metrics.items()}
+    critic = {name: value[-1] for name, value in last.items()
+              if name not in ("generator_loss", "gp_applied")}
+    return {
+        "critic_loss": float(critic["critic_loss"][0]),
+        "penalty": float(critic["penalty"][0]),
+        "wasserstein": float(critic["wasserstein"][0]),
+        "generator_loss": float(last["generator_loss"][0]),
+        "gp_applied": bool(last["gp_applied"][-1]),
+        "norm_mean": float(np.mean(critic["norm_mean"])),
+        "norm_min": float(np.min(critic["norm_min"])),
+        "norm_max": float(np.max(critic["norm_max"])),
+        "nonfinite": int(np.sum(critic["nonfinite"])),
+        "replica_spread": replica_spread(metrics),
+    }
+
+
+def replica_spread(metrics) -> float:
+    """Largest disagreement between cores on a global value over all steps (0.0 when healthy)."""
+    names = ("critic_loss", "penalty", "wasserstein", "generator_loss")
+    return max(float(np.max(np.ptp(np.asarray(metrics[n]), axis=-1))) for n in names)
+
+
+__all__ = ["NORM_STATS", "gather", "norm_stats", "replica_spread", "skipped_norm_stats",
+           "summarize"]

@@ -1,0 +1,146 @@
+"""What both trainers share: the configuration, the state, initialisation and the RNG derivation.
+
+The sharded trainer (``fastgp.trainer``) and the plain one-device oracle (``fastgp.naive_trainer``)
+must see the same parameters, optimiser and random numbers, so all of that is defined here once:
+
+    TrainConfig                          hyperparameters (frozen; ``dataclasses.asdict`` for logs)
+    TrainState                           (iteration, key, g_params, d_params, g_opt, d_opt)
+    init_state(config, generator, critic) -> TrainState
+    critic_keys(key, iteration, step)    -> (k_real, k_noise, k_alpha) of one critic step
+    generator_key(key, iteration, n_critic) -> noise key of one generator step
+    gp_schedule(config, critic_index)    -> (apply penalty?, weight)   lazy regularisation
+"""
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fastgp.backends import BACKENDS
+from fastgp.kernels import KINDS
+
+PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """WGAN-GP training hyperparameters. ``batch_size`` is the GLOBAL batch (all devices).
+
+    One generator iteration is ``n_critic`` critic steps then one generator step. The penalty is
+    applied on every ``gp_every``-th critic step (counted over the whole run) with weight
+    ``gp_weight * gp_every`` (lazy regularisation, StyleGAN2). ``precision`` is the compute dtype
+    of both networks' ``apply``; parameters, optimiser state, losses and norms stay float32.
+    """
+
+    batch_size: int = 64
+    n_critic: int = 5
+    gp_kind: str = "wgan-gp"
+    gp_target: float = 1.0
+    gp_weight: float = 10.0
+    gp_every: int = 1
+    lr_g: float = 1e-4
+    lr_d: float = 1e-4
+    betas: tuple = (0.5, 0.9)
+    precision: str = "f32"
+    backend: str = "auto"
+    latent_dim: int = 2
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.gp_kind not in KINDS:
+            raise ValueError(f"unknown gp_kind {self.gp_kind!r}; expected one of {KINDS}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; expected one of "
+                             f"{tuple(PRECISIONS)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; expected one of {BACKENDS}")
+        for name in ("gp_target", "lr_g", "lr_d"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+        if not (isinstance(self.gp_weight, (int, float)) and math.isfinite(self.gp_weight)
+                and self.gp_weight >= 0):
+            raise ValueError(f"gp_weight must be a finite number >= 0, got {self.gp_weight!r}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        if not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    @property
+    def dtype(self):
+        """The compute dtype passed to ``apply`` (jnp.float32 or jnp.bfloat16)."""
+        return PRECISIONS[self.precision]
+
+
+class TrainState(NamedTuple):
+    """Everything a run needs to continue; checkpoint it whole (a pytree of arrays).
+
+    iteration: int32 scalar, generator iterations done. key: uint32 (2,) raw base key.
+    g_params/d_params: float32 pytrees. g_opt/d_opt: optax Adam states (float32).
+    """
+
+    iteration: jax.Array
+    key: jax.Array
+    g_params: Any
+    d_params: Any
+    g_opt: Any
+    d_opt: Any
+
+
+def optimizers(config: TrainConfig):
+    """(generator, critic) optax Adam transformations."""
+    b1, b2 = config.betas
+    return optax.adam(config.lr_g, b1, b2), optax.adam(config.lr_d, b1, b2)
+
+
+def init_state(config: TrainConfig, generator, critic) -> TrainState:
+    """Parameters from ``config.seed`` (float32), fresh Adam states, iteration 0."""
+    k_g, k_d, k_run = jax.random.split(jax.random.PRNGKey(config.seed), 3)
+    g_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), generator.init(k_g))
+    d_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), critic.init(k_d))
+    opt_g, opt_d = optimizers(config)
+    return TrainState(jnp.int32(0), k_run, g_params, d_params,
+                      opt_g.init(g_params), opt_d.init(d_params))
+
+
+def critic_keys(key, iteration, step):
+    """(k_real, k_noise, k_alpha) for critic step ``step`` of generator iteration ``iteration``."""
+    k = jax.random.fold_in(jax.random.fold_in(key, iteration), step)
+    return tuple(jax.random.split(k, 3))
+
+
+def generator_key(key, iteration, n_critic: int):
+    """Noise key of the generator step of ``iteration`` (index ``n_critic`` after the critic's)."""
+    return jax.random.fold_in(jax.random.fold_in(key, iteration), n_critic)
+
+
+def gp_schedule(config: TrainConfig, critic_index):
+    """(apply?, weight) for the critic step with run-wide index ``critic_index``.
+
+    Every step when ``gp_every == 1`` (then ``apply`` is the Python ``True``); otherwise a bool
+    (traced if ``critic_index`` is) that is true on multiples of ``gp_every``, weight scaled by k.
+    """
+    if config.gp_every == 1:
+        return True, config.gp_weight
+    return critic_index % config.gp_every == 0, config.gp_weight * config.gp_every
+
+
+def index_sampler(data) -> Callable:
+    """``sample_real(key, n)`` drawing ``n`` rows of ``data`` (N, ...) uniformly with replacement."""
+    data = jnp.asarray(data)
+
+    def sample_real(key, n):
+        return data[jax.random.randint(key, (n,), 0, data.shape[0])]
+
+    return sample_real
+
+
+__all__ = ["PRECISIONS", "TrainConfig", "TrainState", "critic_keys", "generator_key",
+           "gp_schedule", "index_sampler", "init_state", "optimizers"]
