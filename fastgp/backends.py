@@ -63,8 +63,11 @@ XLA = RowOps(_xla_stats, _xla_scale, _xla_dot)
 # --- Pallas -------------------------------------------------------------------------------------
 
 def _pallas_ops(interpret) -> RowOps:
+    def stats(g, carry=None, *, kind=None, target=1.0):
+        return kernels.row_stats(g, carry=carry, kind=kind, target=target, interpret=interpret)
+
     return RowOps(
-        functools.partial(kernels.row_stats, interpret=interpret),
+        stats,
         functools.partial(kernels.scale_rows, interpret=interpret),
         functools.partial(kernels.row_dot, interpret=interpret),
     )

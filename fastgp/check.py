@@ -13,15 +13,23 @@ global batch; the first critic and generator gradients; the parameters and the p
 A relative difference is ``max|a - b| / max|b|`` per array (the floor ``1e-6 * max|b|`` over the
 pytree keeps exactly-zero reference leaves, such as the critic's output bias gradient, finite).
 
+The toy networks use GELU, which is curved everywhere. With piecewise-linear activations a
+hidden unit that stays in one linear piece over the whole batch has a bias gradient that is exactly
+zero in exact arithmetic (its Wasserstein terms cancel and the input-gradient does not depend on
+it); in float32 it is rounding noise, which Adam's normalisation turns into +-lr steps of random
+sign, so the two paths would disagree on that parameter for a reason unrelated to sharding.
+
 Tolerances, float32: the two paths do the same arithmetic except for the order of reductions
 (per-core partial sums then psum, versus one sum over the global batch) and the kernel's blocked
-sums of squares; each is a few ulps (1e-7 relative) per reduction. Measured differences are
-<= 1e-6 for losses and first gradients and <= 3e-6 for parameter updates after 5 iterations on
-8 devices. Adam divides by sqrt(v), which amplifies the rounding of near-zero gradient entries, so
-the thresholds are 1e-5 for first gradients and 1e-4 for everything after updates: still 100x
-below what any scaling bug produces (a factor of n_devices or 2 is a relative difference >= 0.5).
-bfloat16: both paths compute in bfloat16 (8 mantissa bits), where summation order alone moves
-values by ~1e-2; the threshold is 5e-2 ("close-ish", and still catches any scaling bug).
+sums of squares: a few ulps (1e-7 relative) per reduction. Measured over 1, 2, 3, 8 devices and
+three seeds: losses, norms and first gradients <= 3e-6, parameter updates after 5 iterations
+<= 1.4e-5 (that floor is one ulp of a parameter of size ~0.1-1 against an update of ~5e-3 with
+lr 1e-3). Thresholds: 1e-5 for first gradients, 1e-4 for values after updates, which still sit
+orders of magnitude below any scaling bug (a factor of 2 or n_devices is a difference >= 0.5).
+bfloat16: both paths compute in bfloat16, where the order of the batch sums in the weight
+gradients alone moves values by ~1e-2; losses, norms, gradients and parameters must agree to
+5e-2 ("close-ish", still catching any scaling bug). Parameter updates are reported but not gated
+in bfloat16: gradient entries near zero carry ~100% rounding error that Adam turns into +-lr steps.
 """
 
 import argparse
@@ -41,11 +49,13 @@ from fastgp.naive_trainer import NaiveTrainer
 from fastgp.train_state import TrainConfig
 from fastgp.trainer import Trainer, make_mesh
 
+# Per precision: the bound for each reported difference (None: reported, not gated).
 TOLERANCES = {
-    "f32": {"gradients": 1e-5, "values": 1e-4},
-    "bf16": {"gradients": 5e-2, "values": 5e-2},
+    "f32": {"critic_grads": 1e-5, "generator_grads": 1e-5, "values": 1e-4,
+            "param_updates": 1e-4},
+    "bf16": {"critic_grads": 5e-2, "generator_grads": 5e-2, "values": 5e-2,
+             "param_updates": None},
 }
-_GRADIENT_KEYS = ("critic_grads", "generator_grads")
 
 
 def max_rel_diff(ours, ref) -> float:
@@ -130,13 +140,14 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
 
     ref_nonfinite = np.sum(~np.isfinite(ref_metrics["norms"]), -1) * ref_metrics["gp_applied"]
     tol = TOLERANCES[precision]
-    ok = (all(diffs[k] <= tol["gradients" if k in _GRADIENT_KEYS else "values"] for k in diffs)
+    bounds = {k: tol.get(k, tol["values"]) for k in diffs}
+    ok = (all(bounds[k] is None or diffs[k] <= bounds[k] for k in diffs)
           and bool(np.array_equal(np.sum(metrics["nonfinite"], -1), ref_nonfinite))
           and bool(np.array_equal(metrics["gp_applied"], ref_metrics["gp_applied"])))
     return {
         "ok": ok,
         "max_rel_diff": diffs,
-        "tolerance": tol,
+        "tolerance": bounds,
         "mesh": {"axis_names": list(sharded.mesh.axis_names), "shape": [devices],
                  "platform": available[0].platform,
                  "devices": [str(d) for d in sharded.mesh.devices.flat]},

@@ -1,0 +1,171 @@
+"""Public penalty API: published values, the naive path, second and third order, NaN safety."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fastgp import penalty, reference
+from oracles import norms64, penalties64
+
+BACKENDS = ["xla", "interpret", "tpu-interpret", "auto"]
+KINDS = ["wgan-gp", "wgan-lp", "r1"]
+
+
+def linear_critic(x):
+    return 2.0 * jnp.sum(x, axis=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tf_gan_published_values(backend):
+    """TF-GAN's tests: D(x) = 2x on one sample of 4 features, so n = 4."""
+    x = jnp.ones((1, 4))
+    gp = lambda **kw: float(penalty.gradient_penalty(linear_critic, x, backend=backend, **kw))
+    assert gp(weight=1.0) == pytest.approx(9.0, rel=1e-6)
+    assert gp(weight=1.0, target=2.0) == pytest.approx(1.0, rel=1e-6)
+    assert gp(weight=1.0, kind="wgan-lp") == pytest.approx(9.0, rel=1e-6)
+    assert gp(weight=2.3) == pytest.approx(20.7, rel=1e-6)
+
+
+def mlp_critic(params, x):
+    """Per-sample tanh MLP on (B, ...) inputs, any pytree of leaves."""
+    leaves = jax.tree.leaves(x)
+    batch = leaves[0].shape[0]
+    flat = jnp.concatenate([leaf.reshape(batch, -1).astype(jnp.float32) for leaf in leaves], 1)
+    hidden = jnp.tanh(flat @ params["w1"] + params["b1"])
+    return (hidden @ params["w2"])[:, 0]
+
+
+def make_problem(seed, shapes, dtype=jnp.float32, scale=1.0):
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes) + 2)
+    x = {f"x{i}": jax.random.normal(k, s, dtype) for i, (k, s) in enumerate(zip(keys, shapes))}
+    features = sum(int(np.prod(s[1:])) for s in shapes)
+    params = {"w1": scale * jax.random.normal(keys[-2], (features, 16)) / np.sqrt(features),
+              "b1": jnp.zeros(16),
+              "w2": jax.random.normal(keys[-1], (16, 1))}
+    return params, x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_value_and_second_order_match_naive(backend, kind):
+    params, x = make_problem(0, [(6, 3, 5), (6, 130)], scale=3.0)
+    ours = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y), x, kind=kind,
+                                              target=1.5, backend=backend)
+    naive = lambda p: reference.naive_gradient_penalty(lambda y: mlp_critic(p, y), x, kind=kind,
+                                                       target=1.5)
+    value, grads = jax.value_and_grad(ours)(params)
+    value_ref, grads_ref = jax.value_and_grad(naive)(params)
+    np.testing.assert_allclose(value, value_ref, rtol=1e-5)
+    for name in params:
+        scale = float(jnp.max(jnp.abs(grads_ref[name]))) + 1e-12
+        np.testing.assert_allclose(grads[name], grads_ref[name], rtol=1e-4, atol=1e-5 * scale)
+    assert any(float(jnp.max(jnp.abs(g))) > 0 for g in jax.tree.leaves(grads))
+
+
+@pytest.mark.parametrize("backend", ["xla", "tpu-interpret"])
+def test_third_order_through_the_penalty_matches_naive(backend):
+    """grad of |d penalty / d params|^2: differentiates the penalty's backward kernel."""
+    params, x = make_problem(1, [(5, 9)], scale=2.0)
+
+    def grad_norm_sq(fn):
+        return lambda p: sum(jnp.sum(g ** 2) for g in jax.tree.leaves(jax.grad(fn)(p)))
+
+    ours = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y), x, backend=backend)
+    naive = lambda p: reference.naive_gradient_penalty(lambda y: mlp_critic(p, y), x)
+    third, third_ref = jax.grad(grad_norm_sq(ours))(params), jax.grad(grad_norm_sq(naive))(params)
+    for name in params:
+        scale = float(jnp.max(jnp.abs(third_ref[name])))
+        assert scale > 0
+        np.testing.assert_allclose(third[name], third_ref[name], atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("backend", ["xla", "interpret"])
+def test_reverse_over_reverse_hessian_matches_naive(backend):
+    g = jax.random.normal(jax.random.PRNGKey(2), (4, 7))
+    ours = jax.jacrev(jax.jacrev(lambda g: penalty.penalty_from_grads(g, backend=backend)))(g)
+    naive = jax.hessian(lambda g: reference.naive_penalty_from_grads(g))(g)
+    np.testing.assert_allclose(ours, naive, rtol=1e-5, atol=1e-6)
+
+
+def test_forward_mode_through_the_penalty_is_a_clear_error():
+    """custom_vjp has no forward mode: JAX says so instead of returning a wrong tangent."""
+    g = jnp.ones((2, 3))
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(lambda g: penalty.penalty_from_grads(g, backend="xla"), (g,), (g,))
+
+
+@given(shapes=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 140)), min_size=1, max_size=3),
+       batch=st.integers(1, 40), kind=st.sampled_from(KINDS),
+       dtype=st.sampled_from(["float32", "bfloat16"]),
+       backend=st.sampled_from(["xla", "interpret", "tpu-interpret"]), seed=st.integers(0, 999))
+def test_pytree_norms_and_penalty_match_float64(shapes, batch, kind, dtype, backend, seed):
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes))
+    grads = [jax.random.normal(k, (batch,) + s, jnp.dtype(dtype)) for k, s in zip(keys, shapes)]
+    leaves64 = [np.asarray(g.astype(jnp.float32)) for g in grads]
+    n64 = norms64(leaves64)
+    np.testing.assert_allclose(penalty.grad_norms(grads, backend=backend), n64, rtol=1e-6)
+    value = penalty.penalty_from_grads(grads, kind=kind, target=2.0, weight=3.0, backend=backend)
+    np.testing.assert_allclose(value, 3.0 * np.mean(penalties64(n64, kind, 2.0)), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_input_gradient_gives_finite_parameter_gradients(backend):
+    """A dead ReLU critic: zero input-gradient for every sample."""
+    params = {"w": -jnp.ones((3, 4)), "v": jnp.ones((4,))}
+    x = jnp.abs(jax.random.normal(jax.random.PRNGKey(0), (5, 3)))
+    critic = lambda p, y: jax.nn.relu(y @ p["w"]) @ p["v"]
+    for kind in KINDS:
+        fn = lambda p: penalty.gradient_penalty(lambda y: critic(p, y), x, kind=kind,
+                                                target=0.1, backend=backend)
+        value, grads = jax.value_and_grad(fn)(params)
+        expected = 10.0 if kind == "wgan-gp" else 0.0  # (0/t - 1)^2 = 1, weight 10
+        assert float(value) == pytest.approx(expected)
+        assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
+    naive = jax.grad(lambda p: reference.naive_gradient_penalty(lambda y: critic(p, y), x))(params)
+    assert not bool(jnp.all(jnp.isfinite(naive["w"]))), "the naive path is expected to give NaN"
+
+
+def test_one_zero_sample_does_not_poison_the_others():
+    g = jax.random.normal(jax.random.PRNGKey(3), (4, 6)).at[2].set(0.0)
+    ours = jax.grad(lambda g: penalty.penalty_from_grads(g, backend="interpret"))(g)
+    naive = jax.grad(lambda g: reference.naive_penalty_from_grads(g))(g)
+    assert bool(jnp.all(ours[2] == 0))
+    np.testing.assert_allclose(np.delete(ours, 2, 0), np.delete(naive, 2, 0), rtol=1e-5)
+
+
+def test_norm_is_per_sample_not_per_batch():
+    g = jnp.stack([jnp.full((3, 4), 1.0), jnp.full((3, 4), 2.0)])
+    np.testing.assert_allclose(penalty.grad_norms(g, backend="xla"), [np.sqrt(12), np.sqrt(48)],
+                               rtol=1e-6)
+
+
+def test_bf16_gradients_give_float32_results_and_cotangents():
+    g = jax.random.normal(jax.random.PRNGKey(4), (8, 300), jnp.bfloat16)
+    value, dg = jax.value_and_grad(lambda g: penalty.penalty_from_grads(g, backend="interpret"))(g)
+    assert value.dtype == jnp.float32 and dg.dtype == jnp.bfloat16
+    ref = jax.grad(lambda g: reference.naive_penalty_from_grads(g))(g.astype(jnp.float32))
+    np.testing.assert_allclose(dg.astype(jnp.float32), ref, rtol=2 ** -7, atol=1e-6)
+
+
+def test_interpolate_draws_one_uniform_alpha_per_sample():
+    batch = 4096
+    real = {"img": jnp.zeros((batch, 3, 2, 2)), "label": jnp.zeros((batch, 5))}
+    fake = {"img": jnp.ones((batch, 3, 2, 2)), "label": 2 * jnp.ones((batch, 5))}
+    mixed = penalty.interpolate(jax.random.PRNGKey(0), real, fake)
+    alpha = np.asarray(mixed["img"][:, 0, 0, 0])
+    assert np.all(mixed["img"] == alpha[:, None, None, None]), "alpha must be shared per sample"
+    np.testing.assert_allclose(mixed["label"], 2 * alpha[:, None] * np.ones((1, 5)), rtol=1e-6)
+    assert 0.0 <= alpha.min() and alpha.max() <= 1.0
+    hist, _ = np.histogram(alpha, bins=8, range=(0, 1))
+    assert np.all(np.abs(hist / batch - 1 / 8) < 0.03), "alpha must be U[0, 1]"
+    assert len(np.unique(alpha)) > batch * 0.99, "alpha must differ between samples"
+
+
+def test_interpolate_keeps_dtype():
+    real = jnp.zeros((3, 5), jnp.bfloat16)
+    out = penalty.interpolate(jax.random.PRNGKey(0), real, jnp.ones_like(real))
+    assert out.dtype == jnp.bfloat16 and out.shape == (3, 5)
