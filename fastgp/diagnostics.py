@@ -15,8 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-NORM_STATS = ("norm_mean", "norm_min", "norm_max", "nonfinite")
-
 
 def norm_stats(norms):
     """Statistics of this shard's (B_local,) float32 input-gradient norms (local scalars)."""
@@ -52,7 +50,8 @@ def gather(values, axis_name):
 def summarize(metrics) -> dict:
     """Host floats of the last critic and generator step of a ``Trainer.run`` metrics dict.
 
-    Losses are taken from core 0 (``replica_spread``: how far the cores disagree over all steps); norm statistics are combined over cores (mean of means, min of mins, ...).
+    Losses are taken from core 0 (``replica_spread``: how far the cores disagree over all steps);
+    norm statistics are combined over cores (mean of means, min of mins, ...).
     """
     last = {name: np.asarray(value)[-1] for name, value in metrics.items()}
     critic = {name: value[-1] for name, value in last.items()
@@ -77,5 +76,4 @@ def replica_spread(metrics) -> float:
     return max(float(np.max(np.ptp(np.asarray(metrics[n]), axis=-1))) for n in names)
 
 
-__all__ = ["NORM_STATS", "gather", "norm_stats", "replica_spread", "skipped_norm_stats",
-           "summarize"]
+__all__ = ["gather", "norm_stats", "replica_spread", "skipped_norm_stats", "summarize"]

@@ -133,7 +133,7 @@ def gp_schedule(config: TrainConfig, critic_index):
 
 
 def index_sampler(data) -> Callable:
-    """``sample_real(key, n)`` drawing ``n`` rows of ``data`` (N, ...) uniformly with replacement."""
+    """``sample_real(key, n)``: ``n`` rows of ``data`` (N, ...) drawn uniformly with replacement."""
     data = jnp.asarray(data)
 
     def sample_real(key, n):

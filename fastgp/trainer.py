@@ -2,8 +2,11 @@
 
     trainer = Trainer(config, generator, critic, sample_real, mesh=None)
     state = trainer.init()                                  # replicated TrainState
+    state = trainer.replicate(restored_state)               # e.g. after loading a checkpoint
     state, metrics = trainer.run(state, iterations)         # fused: lax.scan over iterations
     samples = trainer.sample(state, key, n)                 # (n, ...) float32 generator output
+    state, metrics = trainer.critic_step(state, real, step) # one sharded critic step (B, ...)
+    critic_grads, generator_grads = trainer.gradients(state)   # first grads, no update
 
 One generator iteration is ``n_critic`` critic steps then one generator step. Parameters and
 optimiser state are replicated (``P()``), batches are sharded over "data" (``P("data")``).
@@ -53,13 +56,30 @@ def _shard(x, sharding: NamedSharding):
     return lax.with_sharding_constraint(x, sharding)
 
 
+class _Blocking:
+    """A jitted function that returns only once its result is ready.
+
+    Interpret-mode kernels call back into JAX from a host thread; dispatching more work while
+    those callbacks run can deadlock the CPU client (seen with 4 CPU devices), so in that mode
+    every call waits. ``lower`` is the jitted function's, for ahead-of-time compilation.
+    """
+
+    def __init__(self, fn):
+        self._fn = fn
+        self.lower = fn.lower
+
+    def __call__(self, *args, **kwargs):
+        return jax.block_until_ready(self._fn(*args, **kwargs))
+
+
 class Trainer:
     """Sharded WGAN-GP training of ``generator`` and ``critic`` (``fastgp.models.Model`` pairs).
 
     ``sample_real(key, n)`` returns ``n`` real samples (n, ...) float32 and must be jittable (see
     ``fastgp.train_state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh with
     axis "data" (default :func:`make_mesh`). ``config.backend == "interpret"`` runs the kernel as
-    ``"tpu-interpret"``, the interpret mode that works inside ``shard_map``.
+    ``"tpu-interpret"``, the interpret mode that works inside ``shard_map``; in that mode
+    ``run``, ``critic_step`` and ``gradients`` wait for their results before returning.
     """
 
     def __init__(self, config: TrainConfig, generator, critic, sample_real, *, mesh=None):
@@ -83,9 +103,12 @@ class Trainer:
         self.run = jax.jit(self._run, static_argnums=1)
         self.critic_step = jax.jit(self._sharded(self._critic_step, (P(), P(AXIS), P())))
         self.gradients = jax.jit(self._gradients)
+        if self.backend == "tpu-interpret":
+            self.run, self.critic_step, self.gradients = map(
+                _Blocking, (self.run, self.critic_step, self.gradients))
         self.sample = jax.jit(self._sample, static_argnums=2)
 
-    # --- public --------------------------------------------------------------------------------
+    # --- public (plus the jitted run, critic_step, gradients and sample set in __init__) -------
 
     def init(self) -> TrainState:
         """The initial state (``fastgp.train_state.init_state``), replicated on the mesh."""
@@ -94,11 +117,6 @@ class Trainer:
     def replicate(self, state: TrainState) -> TrainState:
         """Place a state (e.g. restored from a checkpoint) replicated on this trainer's mesh."""
         return jax.device_put(state, self._replicated)
-
-    def _sample(self, state: TrainState, key, n: int):
-        """(n, ...) float32 generator samples for noise drawn from ``key``."""
-        z = jax.random.normal(key, (n, self.config.latent_dim), jnp.float32)
-        return self.generator.apply(state.g_params, z, dtype=self.config.dtype).astype(jnp.float32)
 
     def _run(self, state: TrainState, iterations: int):
         """``iterations`` generator iterations fused in one ``lax.scan``; (state, metrics)."""
@@ -116,6 +134,11 @@ class Trainer:
         return self._sharded(self._local_gradients, (P(), P(AXIS)))(state, real)
 
     # --- jit level -----------------------------------------------------------------------------
+
+    def _sample(self, state: TrainState, key, n: int):
+        """(n, ...) float32 generator samples for noise drawn from ``key``."""
+        z = jax.random.normal(key, (n, self.config.latent_dim), jnp.float32)
+        return self.generator.apply(state.g_params, z, dtype=self.config.dtype).astype(jnp.float32)
 
     def _sharded(self, fn, in_specs):
         return jax.shard_map(fn, mesh=self.mesh, in_specs=in_specs, out_specs=P(),

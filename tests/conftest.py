@@ -13,3 +13,16 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 settings.register_profile("default", deadline=None, max_examples=25, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("default")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_tpu_interpret_state():
+    """TPU interpret mode keeps global simulated-memory state sized for the first mesh it ran on;
+    a later run on a larger mesh in the same process waits forever on a stale barrier (JAX 0.10.2).
+    Nothing runs between tests, so resetting here is safe."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()
+    yield

@@ -1,0 +1,212 @@
+"""The sharded trainer equals the plain one-device trainer; diagnostics, errors and TPU compile.
+
+Multi-device runs happen in subprocesses (the device count is fixed when JAX starts): through the
+``python -m fastgp.check`` CLI, or ``tests/multidevice_worker.py`` for the other scenarios.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import AbstractMesh
+
+from fastgp.diagnostics import summarize
+from fastgp.train_state import TrainConfig, critic_keys, generator_key, gp_schedule, index_sampler
+from fastgp.trainer import Trainer
+
+WORKER = Path(__file__).with_name("multidevice_worker.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _last_json(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no JSON line in output:\n{stdout}"
+    return json.loads(lines[-1])
+
+
+def _run(args, timeout=300, **env):
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env={**os.environ, "JAX_PLATFORMS": "cpu", **env})
+    return proc
+
+
+def run_worker(scenario: str, devices: int, **env) -> dict:
+    proc = _run([str(WORKER), scenario, str(devices)], **env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return _last_json(proc.stdout)
+
+
+# --- equality with the naive path, one subprocess per mesh size --------------------------------
+
+EQUALITY_CASES = [
+    # (devices, backend, kind, via): "module" is a plain `python -m fastgp.check`; "reexec" calls
+    # main() in a process whose JAX already started with one device, so it must re-execute.
+    (1, "xla", "wgan-gp", "module"),
+    (2, "xla", "wgan-lp", "reexec"),
+    (3, "xla", "r1", "module"),
+    (4, "tpu-interpret", "wgan-gp", "module"),
+    (8, "xla", "wgan-gp", "module"),
+]
+
+
+@pytest.mark.parametrize("devices,backend,kind,via", EQUALITY_CASES)
+def test_sharded_equals_naive(devices, backend, kind, via):
+    argv = ["--devices", str(devices), "--steps", "3", "--batch-size", "24", "--n-critic", "2",
+            "--backend", backend, "--gp-kind", kind]
+    if via == "module":
+        proc = _run(["-m", "fastgp.check", *argv])
+    else:
+        code = ("import sys, jax; jax.devices(); from fastgp.check import main; "
+                f"sys.exit(main({argv!r}))")
+        proc = _run(["-c", code])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = _last_json(proc.stdout)
+    assert result["ok"] is True
+    assert result["mesh"] == {"axis_names": ["data"], "shape": [devices], "platform": "cpu",
+                              "devices": [f"cpu:{i}" for i in range(devices)]}
+    diffs = result["max_rel_diff"]
+    assert set(diffs) == {"critic_loss", "penalty", "wasserstein", "generator_loss", "norm_stats",
+                          "critic_grads", "generator_grads", "params", "param_updates"}
+    assert max(diffs[k] for k in ("critic_grads", "generator_grads")) <= 1e-5
+    assert max(diffs.values()) <= 1e-4
+    assert result["nonfinite_norms"] == 0
+
+
+def test_lazy_regularisation_equals_naive():
+    proc = _run(["-m", "fastgp.check", "--devices", "3", "--steps", "3", "--batch-size", "24",
+                 "--n-critic", "2", "--gp-every", "3", "--backend", "xla"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert _last_json(proc.stdout)["ok"] is True
+
+
+def test_gp_schedule_is_lazy_and_rescaled():
+    config = TrainConfig(gp_every=3, gp_weight=10.0)
+    assert [bool(gp_schedule(config, i)[0]) for i in range(7)] == [1, 0, 0, 1, 0, 0, 1]
+    assert gp_schedule(config, 0)[1] == 30.0
+    assert gp_schedule(TrainConfig(gp_weight=10.0), 5) == (True, 10.0)
+
+
+def test_every_step_draws_fresh_random_numbers():
+    key = jax.random.PRNGKey(0)
+    keys = [k for i in range(3) for j in range(4) for k in critic_keys(key, i, j)]
+    keys += [generator_key(key, i, 4) for i in range(3)]
+    assert len({tuple(np.asarray(k).tolist()) for k in keys}) == len(keys)
+
+
+def test_index_sampler_draws_rows_of_the_dataset():
+    data = np.arange(12, dtype=np.float32).reshape(6, 1, 2)
+    batch = np.asarray(index_sampler(data)(jax.random.PRNGKey(1), 5))
+    assert batch.shape == (5, 1, 2)
+    assert all(any(np.array_equal(row, d) for d in data) for row in batch)
+
+
+def test_summarize_reads_the_last_step_and_the_replica_spread():
+    iterations, n_critic, devices = 2, 3, 4
+    shape = (iterations, n_critic, devices)
+    metrics = {name: np.full(shape, float(i), np.float32)
+               for i, name in enumerate(["critic_loss", "penalty", "wasserstein"])}
+    metrics["norm_mean"] = np.ones(shape, np.float32)
+    metrics["norm_min"] = np.arange(devices, dtype=np.float32) * np.ones(shape, np.float32)
+    metrics["norm_max"] = metrics["norm_min"] + 1
+    metrics["nonfinite"] = np.zeros(shape, np.int32)
+    metrics["nonfinite"][-1, -1, 2] = 3
+    metrics["gp_applied"] = np.ones(shape[:2], bool)
+    metrics["generator_loss"] = np.full((iterations, devices), 5.0, np.float32)
+    metrics["generator_loss"][0, 1] = 5.5                   # core 1 disagreed once
+    out = summarize(metrics)
+    assert out == {"critic_loss": 0.0, "penalty": 1.0, "wasserstein": 2.0, "generator_loss": 5.0,
+                   "gp_applied": True, "norm_mean": 1.0, "norm_min": 0.0, "norm_max": 4.0,
+                   "nonfinite": 3, "replica_spread": 0.5}
+
+
+# --- the check must catch broken reductions ------------------------------------------------------
+
+def test_check_catches_wrong_reductions():
+    results = run_worker("wrong_reduction", 2)
+    doubled = results["psum_twice_loss"]
+    assert doubled["ok"] is False
+    assert doubled["max_rel_diff"]["wasserstein"] > 0.5        # 2x the global means
+    assert doubled["max_rel_diff"]["generator_loss"] > 0.5
+    assert doubled["max_rel_diff"]["generator_grads"] > 0.5
+    per_core = results["per_core_penalty"]
+    assert per_core["ok"] is False
+    assert per_core["max_rel_diff"]["penalty"] > 1e-2          # each core sees its own mean
+    assert per_core["max_rel_diff"]["critic_grads"] > 0.5      # and the gradient is summed
+
+
+# --- per-core diagnostics ------------------------------------------------------------------------
+
+def test_per_shard_norm_stats_match_naive_slices():
+    devices = 4
+    out = run_worker("shard_stats", devices)
+    naive = np.asarray(out["naive_norms"])                    # (I, C, B)
+    shards = naive.reshape(naive.shape[:2] + (devices, -1))   # core n holds rows n*b:(n+1)*b
+    sharded = {k: np.asarray(v) for k, v in out["sharded"].items()}
+    assert sharded["norm_min"].shape == shards.shape[:3]
+    np.testing.assert_allclose(sharded["norm_min"], shards.min(-1), rtol=1e-5)
+    np.testing.assert_allclose(sharded["norm_max"], shards.max(-1), rtol=1e-5)
+    np.testing.assert_allclose(sharded["norm_mean"], shards.mean(-1), rtol=1e-5)
+    assert np.ptp(sharded["norm_min"], axis=-1).min() > 0   # really per core, not global
+    np.testing.assert_array_equal(sharded["nonfinite"], 0)
+    # One NaN real sample at global index 13 (core 13 // 6 = 2) shows up on that core only.
+    np.testing.assert_array_equal(out["poisoned_nonfinite"], [[[0, 0, 1, 0]]])
+
+
+# --- precision ------------------------------------------------------------------------------------
+
+def test_bf16_is_finite_and_close():
+    out = run_worker("bf16", 2)
+    assert out["finite"]
+    assert max(out["vs_f32"].values()) < 5e-2
+    assert max(out["vs_naive_bf16"].values()) < 5e-2
+    assert out["params_vs_naive_bf16"] < 5e-2
+
+
+# --- clear errors ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field,value,match", [
+    ("precision", "fp16", "precision"),
+    ("backend", "cuda", "backend"),
+    ("gp_kind", "wgan", "gp_kind"),
+    ("batch_size", 0, "batch_size"),
+    ("n_critic", 0, "n_critic"),
+    ("gp_every", 1.5, "gp_every"),
+    ("gp_target", 0.0, "gp_target"),
+    ("lr_d", float("nan"), "lr_d"),
+    ("betas", (0.5, 1.0), "betas"),
+])
+def test_config_rejects_bad_flags(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**{field: value})
+
+
+def _toy_models():
+    from fastgp.models import mlp
+    return mlp([2, 4, 2]), mlp([2, 4, 1]), lambda key, n: jax.random.normal(key, (n, 2))
+
+
+def test_indivisible_global_batch_names_both_numbers():
+    mesh = AbstractMesh((4,), ("data",))
+    with pytest.raises(ValueError, match=r"batch_size 10 is not divisible by the 4 devices"):
+        Trainer(TrainConfig(batch_size=10), *_toy_models(), mesh=mesh)
+
+
+def test_mesh_must_have_one_data_axis():
+    with pytest.raises(ValueError, match="one axis named 'data'"):
+        Trainer(TrainConfig(batch_size=8), *_toy_models(), mesh=AbstractMesh((2,), ("batch",)))
+
+
+# --- ahead-of-time compile for a 4-chip TPU v5e mesh --------------------------------------------
+
+@pytest.mark.aot
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu (jax[tpu])")
+def test_sharded_step_compiles_for_tpu_v5e_mesh():
+    out = run_worker("aot", 1, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    assert out == {"platform": "tpu", "devices": 4, "critic_step_kernel": True,
+                   "run_kernel": True}
