@@ -9,6 +9,7 @@ must see the same parameters, optimiser and random numbers, so all of that is de
     critic_keys(key, iteration, step)    -> (k_real, k_noise, k_alpha) of one critic step
     generator_key(key, iteration, n_critic) -> noise key of one generator step
     gp_schedule(config, critic_index)    -> (apply penalty?, weight)   lazy regularisation
+    optimizers(config)                   -> (generator, critic) Adam, with the optional LR decay
 """
 
 import dataclasses
@@ -33,6 +34,9 @@ class TrainConfig:
     applied on every ``gp_every``-th critic step (counted over the whole run) with weight
     ``gp_weight * gp_every`` (lazy regularisation, StyleGAN2). ``precision`` is the compute dtype
     of both networks' ``apply``; parameters, optimiser state, losses and norms stay float32.
+    With ``decay_fraction > 0`` both learning rates stay constant, then decay linearly to 0 over
+    the last ``decay_fraction`` of ``total_steps`` generator iterations (the critic's schedule
+    counts its ``n_critic`` steps per iteration); ``total_steps`` is only used for that.
     """
 
     batch_size: int = 64
@@ -48,6 +52,8 @@ class TrainConfig:
     backend: str = "auto"
     latent_dim: int = 2
     seed: int = 0
+    total_steps: int | None = None
+    decay_fraction: float = 0.0
 
     def __post_init__(self):
         for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
@@ -72,6 +78,16 @@ class TrainConfig:
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if not (isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1):
+            raise ValueError(f"decay_fraction must be a number in [0, 1], got "
+                             f"{self.decay_fraction!r}")
+        steps = self.total_steps
+        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)
+                                  or steps < 1):
+            raise ValueError(f"total_steps must be a positive integer or None, got {steps!r}")
+        if self.decay_fraction > 0 and steps is None:
+            raise ValueError("decay_fraction > 0 needs total_steps (the run's generator "
+                             "iterations) to place the decay")
 
     @property
     def dtype(self):
@@ -94,10 +110,24 @@ class TrainState(NamedTuple):
     d_opt: Any
 
 
+def lr_schedule(lr: float, total: int | None, decay_fraction: float):
+    """Constant ``lr``; with ``decay_fraction > 0``, linear decay to 0 over the last
+    ``decay_fraction`` of ``total`` optimiser steps (then 0)."""
+    if decay_fraction <= 0:
+        return lr
+    start = int(total * (1.0 - decay_fraction))
+    return optax.join_schedules(
+        [optax.constant_schedule(lr), optax.linear_schedule(lr, 0.0, max(total - start, 1))],
+        [start])
+
+
 def optimizers(config: TrainConfig):
-    """(generator, critic) optax Adam transformations."""
+    """(generator, critic) optax Adam transformations (schedules per ``TrainConfig``)."""
     b1, b2 = config.betas
-    return optax.adam(config.lr_g, b1, b2), optax.adam(config.lr_d, b1, b2)
+    total, frac = config.total_steps, config.decay_fraction
+    critic_total = None if total is None else total * config.n_critic
+    return (optax.adam(lr_schedule(config.lr_g, total, frac), b1, b2),
+            optax.adam(lr_schedule(config.lr_d, critic_total, frac), b1, b2))
 
 
 def init_state(config: TrainConfig, generator, critic) -> TrainState:
@@ -143,4 +173,4 @@ def index_sampler(data) -> Callable:
 
 
 __all__ = ["PRECISIONS", "TrainConfig", "TrainState", "critic_keys", "generator_key",
-           "gp_schedule", "index_sampler", "init_state", "optimizers"]
+           "gp_schedule", "index_sampler", "init_state", "lr_schedule", "optimizers"]

@@ -23,6 +23,7 @@ LANES = 128
 STEP_OVERHEAD_S = 0.35e-6
 MAX_BLOCK_BYTES = 8 << 20  # keeps Mosaic's fully unrolled tile code small
 MIN_BLOCK_BYTES = 512 << 10
+MIN_TILE_WIDTH = 2048  # lanes a tile keeps before rows grow (fewer, longer DMA rows)
 SUPPORTED_GENERATIONS = ("v4", "v5e", "v5p", "v6e", "7x")
 
 
@@ -66,6 +67,10 @@ def current_generation() -> str | None:
     return pltpu.get_tpu_info().chip_version.value
 
 
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
 def _sublanes(itemsize: int) -> int:
     return 8 * max(1, 4 // itemsize)
 
@@ -74,15 +79,18 @@ def choose_blocks(batch: int, features: int, itemsize: int, generation: str | No
     """Tile a (batch, features) operand of ``itemsize``-byte elements.
 
     ``block_b`` is the whole batch when ``batch <= 128`` (the per-sample outputs are lane-dense, so a
-    partial batch block must be a multiple of 128), else 128 or 256 so that a megacore has at least
-    two row blocks to split. ``block_d`` is the whole feature axis when it fits, else a multiple of
-    128; ragged tails are masked inside the kernels.
+    partial batch block must be a multiple of 128). Larger batches get as many rows as the tile
+    holds at a width of ``min(features, 2048)`` lanes, but at most half the batch, so a megacore
+    has two row blocks to split. ``block_d`` is the whole feature axis when it fits, else a
+    multiple of 128; ragged tails are masked inside the kernels.
     """
     tile_bytes, vmem_limit = generation_budget(generation)
     if batch <= LANES:
         block_b = batch
     else:
-        block_b = 2 * LANES if batch >= 4 * LANES else LANES
+        width = min(_round_up(features, LANES), MIN_TILE_WIDTH)
+        by_tile = max(LANES, tile_bytes // (4 * width) // LANES * LANES)
+        block_b = min(by_tile, _round_up(-(-batch // 2), LANES))
     rows = max(block_b, _sublanes(itemsize))
     lanes = max(LANES, tile_bytes // (4 * rows) // LANES * LANES)
     block_d = features if features <= lanes else lanes
