@@ -6,9 +6,10 @@ The primitives (see ``fastgp.rowops``) are
     scale(s, g, out_dtype)        -> (B, D)            s[b] * g[b, :]
     dot(a, b)                     -> (B,) float32      per-sample dot products
 
-``"auto"`` picks the Pallas TPU kernel where the program is lowered for TPU and the XLA version
-everywhere else, decided at lowering time by ``lax.platform_dependent`` (so ahead-of-time export
-for TPU from a CPU host gets the kernel).
+``"auto"`` picks the Pallas TPU kernels where the program is lowered for TPU, the Pallas GPU
+(Triton) kernels where it is lowered for CUDA, and the XLA version everywhere else, decided at
+lowering time by ``lax.platform_dependent`` (so ahead-of-time export for TPU or CUDA from a CPU
+host gets the kernels). ``"pallas"`` is the same without the XLA fallback.
 """
 
 import functools
@@ -22,9 +23,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from fastgp import kernels
+from fastgp.kernels import penalty_gpu
 from fastgp.kernels.penalty_tpu import NORM_ROW, PENALTY_ROW, STATS_ROWS, SUM_ROW
 
-BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "xla")
+BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xla")
 
 
 class RowOps(NamedTuple):
@@ -62,14 +64,15 @@ XLA = RowOps(_xla_stats, _xla_scale, _xla_dot)
 
 # --- Pallas -------------------------------------------------------------------------------------
 
-def _pallas_ops(interpret) -> RowOps:
+def _pallas_ops(module, interpret) -> RowOps:
+    """RowOps over a kernel module (``kernels.penalty_tpu`` or ``kernels.penalty_gpu``)."""
     def stats(g, carry=None, *, kind=None, target=1.0):
-        return kernels.row_stats(g, carry=carry, kind=kind, target=target, interpret=interpret)
+        return module.row_stats(g, carry=carry, kind=kind, target=target, interpret=interpret)
 
     return RowOps(
         stats,
-        functools.partial(kernels.scale_rows, interpret=interpret),
-        functools.partial(kernels.row_dot, interpret=interpret),
+        functools.partial(module.scale_rows, interpret=interpret),
+        functools.partial(module.row_dot, interpret=interpret),
     )
 
 
@@ -87,10 +90,10 @@ def _raise_on_lowering(ctx, x, *, message):
 mlir.register_lowering(_unsupported_p, _raise_on_lowering)
 
 
-def _tpu_only(fn: Callable, backend: str) -> Callable:
-    """Run ``fn`` when lowered for TPU; lowering for any other platform raises ValueError."""
-    message = (f"backend={backend!r} runs the Pallas TPU kernel, but this program is being lowered "
-               f"for a non-TPU platform ({jax.default_backend()!r} by default). Use "
+def _unsupported(fn: Callable, backend: str) -> Callable:
+    """A stand-in for ``fn`` whose lowering raises a ValueError naming the alternatives."""
+    message = (f"backend={backend!r} runs the Pallas TPU or GPU kernels, but this program is being "
+               f"lowered for another platform ({jax.default_backend()!r} by default). Use "
                f"backend='interpret' or 'tpu-interpret' to run the kernel on CPU, 'xla' for plain "
                f"JAX, or 'auto' to pick per platform.")
 
@@ -99,17 +102,14 @@ def _tpu_only(fn: Callable, backend: str) -> Callable:
         return jax.tree.map(
             lambda s: _unsupported_p.bind(jnp.zeros(s.shape, s.dtype), message=message), out)
 
+    return unsupported
+
+
+def _per_platform(tpu: Callable, cuda: Callable, default: Callable) -> Callable:
     def wrapped(*args, **kwargs):
-        return lax.platform_dependent(*args, tpu=functools.partial(fn, **kwargs),
-                                      default=functools.partial(unsupported, **kwargs))
-
-    return wrapped
-
-
-def _auto(fn_tpu: Callable, fn_default: Callable) -> Callable:
-    def wrapped(*args, **kwargs):
-        return lax.platform_dependent(*args, tpu=functools.partial(fn_tpu, **kwargs),
-                                      default=functools.partial(fn_default, **kwargs))
+        return lax.platform_dependent(*args, tpu=functools.partial(tpu, **kwargs),
+                                      cuda=functools.partial(cuda, **kwargs),
+                                      default=functools.partial(default, **kwargs))
     return wrapped
 
 
@@ -118,14 +118,16 @@ def resolve(backend: str) -> RowOps:
     if backend == "xla":
         return XLA
     if backend == "interpret":
-        return _pallas_ops(True)
+        return _pallas_ops(kernels.penalty_tpu, True)
     if backend == "tpu-interpret":
-        return _pallas_ops(pltpu.InterpretParams())
-    tpu = _pallas_ops(False)
+        return _pallas_ops(kernels.penalty_tpu, pltpu.InterpretParams())
+    if backend == "gpu-interpret":
+        return _pallas_ops(penalty_gpu, True)
+    tpu, gpu = _pallas_ops(kernels.penalty_tpu, False), _pallas_ops(penalty_gpu, False)
     if backend == "pallas":
-        return RowOps(*(_tpu_only(f, backend) for f in tpu))
+        return RowOps(*(_per_platform(t, g, _unsupported(t, backend)) for t, g in zip(tpu, gpu)))
     if backend == "auto":
-        return RowOps(*(_auto(f, x) for f, x in zip(tpu, XLA)))
+        return RowOps(*(_per_platform(t, g, x) for t, g, x in zip(tpu, gpu, XLA)))
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 

@@ -15,6 +15,7 @@ from oracles import penalties64
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 OUTPUT_RTOL = {"float32": 2e-7, "bfloat16": 2 ** -8, "float16": 2 ** -10}
+OUTPUT_ATOL = {"float32": 1e-30, "bfloat16": 1e-30, "float16": 2.0 ** -24}  # f16 subnormals
 MODES = {"interpret": True, "tpu-interpret": pltpu.InterpretParams()}
 
 
@@ -62,7 +63,7 @@ def test_scale_rows_and_row_dot_match_float64(batch, features, dtype, mode, smal
     out = scale_rows(jnp.asarray(scale), g, blocks=blocks, interpret=MODES[mode])
     assert out.dtype == g.dtype
     np.testing.assert_allclose(np.asarray(out.astype(jnp.float32)), scale[:, None] * g64,
-                               rtol=OUTPUT_RTOL[dtype], atol=1e-30)
+                               rtol=OUTPUT_RTOL[dtype], atol=OUTPUT_ATOL[dtype])
     dots = row_dot(g, h, blocks=blocks, interpret=MODES[mode])
     exact = np.sum(g64 * h64, axis=1)
     scale_of_terms = np.sqrt(np.sum(g64 ** 2, axis=1) * np.sum(h64 ** 2, axis=1))
