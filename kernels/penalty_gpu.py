@@ -30,6 +30,11 @@ def _num_warps(chunk: int) -> int:
     return min(max(chunk // 256, 1), 8)
 
 
+def _manual_axes(x):
+    """Inside ``shard_map(check_vma=True)`` kernel outputs vary over the same axes as ``x``."""
+    return jax.typeof(x).manual_axis_type
+
+
 def _load_f32(ref, idx, mask):
     return plgpu.load(ref.at[idx], mask=mask, other=0.0).astype(jnp.float32)
 
@@ -66,7 +71,7 @@ def row_stats(g, other=None, carry=None, *, kind=None, target=1.0, interpret=Fal
     """Same contract as ``penalty_tpu.row_stats``: (B, D) in, (8, B) float32 stats out."""
     batch, features = g.shape
     chunk = _chunk(features, g.dtype.itemsize)
-    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    scalar = jax.ShapeDtypeStruct((), jnp.float32, manual_axis_type=_manual_axes(g))
     call = pl.pallas_call(
         functools.partial(_row_sum_kernel, n_inputs=1 if other is None else 2,
                           has_carry=carry is not None, kind=kind, target=target, chunk=chunk),
@@ -103,7 +108,7 @@ def scale_rows(scale, g, *, out_dtype=None, interpret=False):
     chunk = _chunk(g.shape[1], g.dtype.itemsize)
     call = pl.pallas_call(
         functools.partial(_scale_row_kernel, chunk=chunk),
-        out_shape=jax.ShapeDtypeStruct((g.shape[1],), out_dtype),
+        out_shape=jax.ShapeDtypeStruct((g.shape[1],), out_dtype, manual_axis_type=_manual_axes(g)),
         grid=(),
         compiler_params=plgpu.CompilerParams(num_warps=_num_warps(chunk)),
         interpret=interpret,
