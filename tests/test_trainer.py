@@ -180,10 +180,27 @@ def test_bf16_is_finite_and_close():
     ("gp_target", 0.0, "gp_target"),
     ("lr_d", float("nan"), "lr_d"),
     ("betas", (0.5, 1.0), "betas"),
+    ("decay_fraction", 1.5, "decay_fraction"),
+    ("total_steps", 0, "total_steps"),
 ])
 def test_config_rejects_bad_flags(field, value, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**{field: value})
+
+
+def test_decay_needs_total_steps():
+    with pytest.raises(ValueError, match="decay_fraction > 0 needs total_steps"):
+        TrainConfig(decay_fraction=0.5)
+
+
+def test_learning_rates_decay_linearly_to_zero_over_the_last_fraction():
+    from fastgp.train_state import lr_schedule
+
+    schedule = lr_schedule(2e-3, 100, 0.5)
+    assert [float(schedule(i)) for i in (0, 49, 50)] == pytest.approx([2e-3, 2e-3, 2e-3])
+    assert float(schedule(75)) == pytest.approx(1e-3)
+    assert float(schedule(100)) == 0.0 and float(schedule(150)) == 0.0
+    assert lr_schedule(1e-3, None, 0.0) == 1e-3
 
 
 def _toy_models():

@@ -1,0 +1,99 @@
+"""What a training run leaves in its output directory (written by process 0 only).
+
+    metrics.jsonl    one JSON object per logged step (see :func:`metrics_record`)
+    samples.npy      generator samples in data coordinates at the end, (N, ...) float32
+    figure.png       see ``fastgp.figures``
+    summary.json     the final summary line
+    run.json         dataset and TrainConfig of the run
+    checkpoints/     orbax checkpoints (``fastgp.checkpoint``)
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+METRICS = "metrics.jsonl"
+SAMPLES = "samples.npy"
+FIGURE = "figure.png"
+SUMMARY = "summary.json"
+RUN = "run.json"
+CHECKPOINTS = "checkpoints"
+
+
+def metrics_record(step: int, wall_s: float, metrics, quality=None) -> dict:
+    """One log line from the ``Trainer.run`` metrics of the chunk that ended at ``step``.
+
+    Losses are the last critic / generator step's (core 0; every core holds the same global
+    value). ``norm_mean/min/max`` are per core (lists of N) at the last critic step that applied
+    the penalty (null when none did); ``nonfinite`` counts each core's non-finite norms over the
+    whole chunk. ``quality`` (2-D mixtures): modes, total_modes, high_quality.
+    """
+    m = {name: np.asarray(value) for name, value in metrics.items()}
+    critic = lambda name: m[name].reshape((-1,) + m[name].shape[2:])  # noqa: E731 (I*C, N)
+    applied = np.flatnonzero(m["gp_applied"].reshape(-1))
+    last_gp = int(applied[-1]) if applied.size else None
+    record = {
+        "step": int(step),
+        "wall_s": round(float(wall_s), 3),
+        "critic_loss": float(critic("critic_loss")[-1, 0]),
+        "penalty": float(critic("penalty")[last_gp if last_gp is not None else -1, 0]),
+        "wasserstein": float(critic("wasserstein")[-1, 0]),
+        "generator_loss": float(m["generator_loss"][-1, 0]),
+    }
+    for name in ("norm_mean", "norm_min", "norm_max"):
+        record[name] = (None if last_gp is None
+                        else [_finite_or_none(v) for v in critic(name)[last_gp]])
+    record["nonfinite"] = [int(v) for v in critic("nonfinite").sum(0)]
+    if quality is not None:
+        record.update(quality)
+    return record
+
+
+def _finite_or_none(v):
+    v = float(v)
+    return v if np.isfinite(v) else None
+
+
+class MetricsLog:
+    """Appends records to ``metrics.jsonl``; on resume drops lines past the checkpoint's step."""
+
+    def __init__(self, out: Path, *, keep_until=None):
+        self.path = Path(out) / METRICS
+        self.records = []
+        if keep_until is not None and self.path.exists():
+            self.records = [r for r in read_metrics(self.path) if r["step"] <= keep_until]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+
+    def append(self, record: dict) -> None:
+        self.records.append(record)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_metrics(path) -> list:
+    """All complete records of a metrics.jsonl (a torn last line is skipped)."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return records
+
+
+def write_json(path, value) -> None:
+    Path(path).write_text(json.dumps(value, indent=1) + "\n")
+
+
+def write_samples(out: Path, samples) -> Path:
+    path = Path(out) / SAMPLES
+    np.save(path, np.asarray(samples, np.float32))
+    return path
+
+
+__all__ = ["CHECKPOINTS", "FIGURE", "METRICS", "MetricsLog", "RUN", "SAMPLES", "SUMMARY",
+           "metrics_record", "read_metrics", "write_json", "write_samples"]

@@ -1,0 +1,47 @@
+"""A live progress bar (rich, on stderr) with the latest losses and input-gradient norm stats."""
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+
+def describe(record: dict) -> str:
+    """Short text of a metrics record: losses, norm mean [min, max], non-finite, quality."""
+    text = (f"D {record['critic_loss']:+.3f}  W {record['wasserstein']:+.3f}  "
+            f"GP {record['penalty']:.3f}  G {record['generator_loss']:+.3f}")
+    if record.get("norm_mean") is not None:
+        means = [v for v in record["norm_mean"] if v is not None]
+        lows = [v for v in record["norm_min"] if v is not None]
+        highs = [v for v in record["norm_max"] if v is not None]
+        if means:
+            text += (f"  |g| {sum(means) / len(means):.2f} "
+                     f"[{min(lows):.2f}, {max(highs):.2f}]")
+    if sum(record.get("nonfinite", [])):
+        text += f"  non-finite {sum(record['nonfinite'])}"
+    if "modes" in record:
+        text += f"  modes {record['modes']}/{record['total_modes']} hq {record['high_quality']:.1f}%"
+    return text
+
+
+class RunProgress:
+    """``with RunProgress(total, start, enabled) as bar: bar.update(step, record)``."""
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True):
+        self._progress = Progress(
+            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
+            console=Console(stderr=True), disable=not enabled)
+        self._task = self._progress.add_task("train", total=total, completed=start, stats="")
+
+    def __enter__(self):
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._progress.stop()
+
+    def update(self, step: int, record: dict) -> None:
+        self._progress.update(self._task, completed=step, stats=describe(record))
+
+
+__all__ = ["RunProgress", "describe"]

@@ -1,0 +1,279 @@
+"""The ``fastgp`` command line end to end: outputs, exact resume, SIGKILL, processes, bad flags.
+
+Every run is a subprocess (``python -m fastgp.cli``), as a user would start it. One short 2-D run
+(``REFERENCE``) is shared: its outputs are checked, and the interrupted runs must reach exactly its
+parameters.
+"""
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from fastgp.checkpoint import Checkpoints
+from fastgp.cli import main
+from fastgp.recipes import build_problem, default_config
+from fastgp.train_state import init_state
+
+ROOT = Path(__file__).resolve().parents[1]
+# 400 generator steps of the 2-D recipe at batch 64: checkpoints every 50, LR decay from 200.
+RUN_FLAGS = ["--steps", "400", "--batch-size", "64", "--checkpoint-every", "50",
+             "--log-every", "50", "--eval-every", "100", "--eval-samples", "500",
+             "--no-progress"]
+
+
+def _env(**extra):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **extra}
+    env.pop("XLA_FLAGS", None)          # conftest's 8 devices must not leak into the runs
+    return env
+
+
+def fastgp(*args, timeout=240, check=True):
+    proc = subprocess.run([sys.executable, "-m", "fastgp.cli", *args], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def last_json(stdout):
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+def final_state(out, step=400):
+    """The TrainState checkpointed at ``step`` in ``out`` (numpy)."""
+    config = default_config("8gaussians", batch_size=64, total_steps=400, backend="xla")
+    template = init_state(config, *build_problem("8gaussians", config)[:2])
+    return Checkpoints(Path(out) / "checkpoints").state(step, template)
+
+
+def assert_same_state(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted 400-step run: (output dir, its summary). Made once per test session, also
+    under pytest-xdist (workers share the parent of their temp dirs and take turns on a lock)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out = root / "cli-reference"
+    with open(root / "cli-reference.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "summary.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            fastgp("train", *RUN_FLAGS, "--out", str(out))
+    return out, json.loads((out / "summary.json").read_text())
+
+
+# --- a short run leaves every output ---------------------------------------------------------------
+
+@pytest.mark.slow
+def test_train_writes_every_output(reference):
+    out, summary = reference
+    assert summary["steps"] == 400 and summary["dataset"] == "8gaussians"
+    assert summary["total_modes"] == 8 and 0 <= summary["modes"] <= 8
+    assert summary["wall_s"] > 0 and summary["processes"] == 1
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(50, 401, 50))
+    for r in records:
+        assert {"step", "wall_s", "critic_loss", "penalty", "wasserstein", "generator_loss",
+                "norm_mean", "norm_min", "norm_max", "nonfinite"} <= set(r)
+        assert len(r["norm_mean"]) == 1 and r["nonfinite"] == [0]
+        assert r["norm_min"][0] <= r["norm_mean"][0] <= r["norm_max"][0]
+    assert [r["step"] for r in records if "modes" in r] == [100, 200, 300, 400]
+    samples = np.load(out / "samples.npy")
+    assert samples.shape == (2500, 2) and samples.dtype == np.float32
+    assert np.all(np.isfinite(samples))
+    png = (out / "figure.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+    assert matplotlib.image.imread(out / "figure.png").shape[:2] > (400, 400)
+    assert Checkpoints(out / "checkpoints").latest_step() == 400
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert json.loads((out / "run.json").read_text())["config"]["total_steps"] == 400
+
+
+# --- resume: exactly the uninterrupted run ---------------------------------------------------------
+
+@pytest.mark.slow
+def test_resume_after_n_steps_equals_uninterrupted_2n(reference, tmp_path):
+    fastgp("train", *RUN_FLAGS, "--out", str(tmp_path), "--stop-at", "200")
+    assert Checkpoints(tmp_path / "checkpoints").latest_step() == 200
+    proc = fastgp("train", "--resume", "--out", str(tmp_path), "--no-progress")
+    assert last_json(proc.stdout)["steps"] == 400
+    assert_same_state(final_state(tmp_path), final_state(reference[0]))
+    np.testing.assert_allclose(np.load(tmp_path / "samples.npy"),
+                               np.load(reference[0] / "samples.npy"), rtol=1e-6, atol=1e-6)
+    steps = [json.loads(line)["step"] for line in
+             (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(50, 401, 50))
+
+
+def _committed_steps(directory):
+    if not directory.exists():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()
+                  and (p / "commit_success.txt").exists())
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "fastgp.cli", "train", *RUN_FLAGS,
+                             "--out", str(tmp_path)], cwd=ROOT, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while not _committed_steps(tmp_path / "checkpoints") and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    latest = Checkpoints(tmp_path / "checkpoints").latest_step()
+    assert latest is not None and latest < 400, latest
+    resumed = fastgp("train", "--resume", "--out", str(tmp_path), "--no-progress")
+    assert last_json(resumed.stdout)["steps"] == 400
+    steps = [json.loads(line)["step"] for line in
+             (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 400
+    assert_same_state(final_state(tmp_path), final_state(reference[0]))
+
+
+def test_resume_rejects_contradicting_flags(reference, tmp_path):
+    out = reference[0]
+    proc = fastgp("train", "--resume", "--out", str(out), "--steps", "500", check=False)
+    assert proc.returncode == 2 and "--steps 500 contradicts the checkpoint" in proc.stderr
+    proc = fastgp("train", "--out", str(out), check=False)
+    assert proc.returncode == 2 and "pass --resume" in proc.stderr
+
+
+# --- several processes -----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_check_two_processes_of_two_devices():
+    proc = fastgp("check", "--devices", "2", "--processes", "2", "--steps", "2",
+                  "--batch-size", "16", "--n-critic", "2")
+    result = last_json(proc.stdout)
+    assert result["ok"] is True and result["processes"] == 2
+    assert result["mesh"]["shape"] == [4]
+    assert max(result["max_rel_diff"].values()) <= 1e-4
+
+
+@pytest.mark.slow
+def test_two_process_train_checkpoints_and_resumes(tmp_path):
+    flags = ["--steps", "20", "--batch-size", "32", "--checkpoint-every", "10",
+             "--log-every", "10", "--eval-every", "10", "--no-progress", "--processes", "2",
+             "--devices", "1", "--out", str(tmp_path)]
+    fastgp("train", *flags, "--stop-at", "10")
+    assert Checkpoints(tmp_path / "checkpoints").latest_step() == 10
+    proc = fastgp("train", *flags, "--resume")
+    summary = last_json(proc.stdout)
+    assert summary["processes"] == 2 and summary["devices"] == 2 and summary["steps"] == 20
+    assert {p.name for p in tmp_path.iterdir()} >= {"metrics.jsonl", "samples.npy", "figure.png",
+                                                    "checkpoints", "summary.json"}
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [10, 20]
+    assert all(len(r["norm_mean"]) == 2 for r in records)     # one entry per core
+
+
+class _StderrLines:
+    """Collects a child's stderr lines on a thread (so the pipe never fills)."""
+
+    def __init__(self, proc):
+        self.lines = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc):
+        for line in proc.stderr:
+            self.lines.append(line)
+
+    def text(self):
+        self._thread.join(5)
+        return "".join(self.lines)
+
+
+@pytest.mark.slow
+def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastgp.cli", "train", "--processes", "2", "--devices", "2",
+         "--steps", "100000", "--batch-size", "64", "--log-every", "1", "--no-progress",
+         "--out", str(tmp_path)], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    err = _StderrLines(proc)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline:
+        assert proc.poll() is None, err.text()[-3000:]
+        time.sleep(0.1)
+    pids = {int(line.split("(pid ")[1].rstrip(")\n")): int(line.split()[3])
+            for line in err.lines if line.startswith("fastgp: started process")}
+    victim = next(pid for pid, index in pids.items() if index == 1)
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    elapsed = time.monotonic() - killed_at
+    text = err.text()
+    assert code != 0 and elapsed < 60
+    assert f"process 1 of 2 (pid {victim}) was killed by SIGKILL" in text, text[-3000:]
+    assert all(_gone(pid) for pid in pids)
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0
+
+
+# --- bad flags: clear errors naming the flag -------------------------------------------------------
+
+@pytest.mark.parametrize("argv,flag,words", [
+    (["train", "--batch-size", "10", "--devices", "4"], "--batch-size", "not divisible by the 4"),
+    (["check", "--batch-size", "10", "--devices", "2", "--processes", "2"], "--batch-size",
+     "not divisible by the 4 devices"),
+    (["train", "--dataset", "mnist"], "--dataset", "invalid choice: 'mnist'"),
+    (["train", "--precision", "fp8"], "--precision", "invalid choice: 'fp8'"),
+    (["train", "--gp-every", "0"], "--gp-every", "must be a positive integer, got 0"),
+    (["train", "--gp-weight", "-1"], "--gp-weight", "must be a finite number >= 0"),
+    (["train", "--steps", "many"], "--steps", "must be a positive integer"),
+    (["train", "--backend", "cuda"], "--backend", "invalid choice: 'cuda'"),
+    (["check", "--devices", "0"], "--devices", "must be a positive integer, got 0"),
+    (["check", "--processes", "2", "--backend", "tpu-interpret"], "--backend",
+     "runs within one process only"),
+])
+def test_bad_flags_name_the_flag(argv, flag, words, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and words in err, err
+
+
+def test_busy_port_is_a_clear_error(capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(SystemExit) as exc:
+            main(["check", "--devices", "2", "--processes", "2", "--port", str(port)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --port: port {port} is busy" in err, err
