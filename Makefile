@@ -15,7 +15,7 @@ test: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --benchmark-disable -q
 
 train: $(STAMP)
-	JAX_PLATFORMS=cpu $(VENV)/bin/fastgp train
+	JAX_PLATFORMS=cpu $(VENV)/bin/fastgp train --out runs/$$(date +%Y%m%d-%H%M%S)
 
 bench: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) -m pytest benchmarks -q --benchmark-only
