@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test train bench clean
+.PHONY: test train bench tpu-compile clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,13 @@ train: $(STAMP)
 	JAX_PLATFORMS=cpu $(VENV)/bin/fastgp train --out runs/$$(date +%Y%m%d-%H%M%S)
 
 bench: $(STAMP)
-	JAX_PLATFORMS=cpu $(PY) -m pytest benchmarks -q --benchmark-only
+	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) -m pytest benchmarks -q --benchmark-only \
+		--benchmark-json benchmarks/results/bench.json
+	JAX_PLATFORMS=cpu $(PY) benchmarks/report.py
+	JAX_PLATFORMS=cpu $(PY) benchmarks/traffic_table.py > /dev/null
+
+tpu-compile: $(STAMP)
+	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/tpu_compile.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks

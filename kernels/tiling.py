@@ -82,7 +82,9 @@ def choose_blocks(batch: int, features: int, itemsize: int, generation: str | No
     partial batch block must be a multiple of 128). Larger batches get as many rows as the tile
     holds at a width of ``min(features, 2048)`` lanes, but at most half the batch, so a megacore
     has two row blocks to split. ``block_d`` is the whole feature axis when it fits, else a
-    multiple of 128; ragged tails are masked inside the kernels.
+    multiple of 128 that splits it into equal steps (12288 lanes on a 8192-lane budget become
+    2 x 6144, not 8192 + 4096 with half a tile out of bounds); ragged tails are masked inside the
+    kernels.
     """
     tile_bytes, vmem_limit = generation_budget(generation)
     if batch <= LANES:
@@ -93,5 +95,9 @@ def choose_blocks(batch: int, features: int, itemsize: int, generation: str | No
         block_b = min(by_tile, _round_up(-(-batch // 2), LANES))
     rows = max(block_b, _sublanes(itemsize))
     lanes = max(LANES, tile_bytes // (4 * rows) // LANES * LANES)
-    block_d = features if features <= lanes else lanes
+    if features <= lanes:
+        block_d = features
+    else:  # as many steps as the budget needs, split evenly so the last tile is not mostly empty
+        steps = -(-features // lanes)
+        block_d = _round_up(-(-features // steps), LANES)
     return Blocks(block_b, block_d, vmem_limit)

@@ -1,0 +1,221 @@
+"""Render pytest-benchmark JSON as markdown tables and a PNG plot in benchmarks/results/.
+
+    pytest benchmarks --benchmark-only --benchmark-json benchmarks/results/bench.json
+    python benchmarks/report.py [benchmarks/results/bench.json]
+
+Per group: median and interquartile range of one call, and the ratio of medians to the group's
+baseline (the benchmark whose ``extra_info["baseline"]`` is true: the naive path, or the plain
+critic step where the floor is the reference). ``lazy:*`` rows are 16 critic steps (dispatched from Python) per call and
+also show the per-step time. ``paired:*`` groups time three steps interleaved; their table gives
+per-path medians and the median of per-round ratios.
+"""
+
+import json
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).parent
+RESULTS = HERE / "results"
+ORDER = ["penalty", "step", "second-order", "lazy", "remat", "smoke"]
+TITLES = {
+    "penalty": "Penalty value_and_grad wrt g on precomputed gradients (naive jnp vs fastgp XLA)",
+    "step": "Whole critic step: plain (no penalty, the floor) / naive / fastgp (ratio to naive)",
+    "second-order": "Second-order strategy, one critic step (ratio to the plain step)",
+    "lazy": "Lazy regularisation, 16 critic steps per call from Python (ratio to 16 plain steps)",
+    "remat": "Rematerialisation of the critic inside the penalty (ratio to naive)",
+    "smoke": "Smoke only (Pallas interpret mode on CPU; not a speed claim)",
+}
+
+
+def fmt_time(seconds):
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
+
+
+def load(path):
+    data = json.loads(pathlib.Path(path).read_text())
+    groups = {}
+    for b in data["benchmarks"]:
+        groups.setdefault(b["group"], []).append(b)
+    return data, groups
+
+
+def kind_of(group):
+    return group.split(":", 1)[0]
+
+
+def group_rows(benches):
+    base = next((b for b in benches if b["extra_info"].get("baseline")), None)
+    base_median = base["stats"]["median"] if base else None
+    rows = []
+    for b in benches:
+        s, info = b["stats"], b["extra_info"]
+        ratio = s["median"] / base_median if base_median else None
+        rows.append(dict(path=info.get("path", b["name"]), median=s["median"], q1=s["q1"],
+                         q3=s["q3"], rounds=s["rounds"], iterations=s.get("iterations", 1),
+                         ratio=ratio, steps=info.get("steps_per_call"),
+                         load=info.get("loadavg_1m"), baseline=bool(info.get("baseline"))))
+    return rows
+
+
+def paired_rows(bench):
+    info = bench["extra_info"]
+    base = info["baseline_path"]
+    steps = info.get("steps_per_call") or 1
+    also = info.get("also_vs")
+    rows = []
+    for path, median in info["median_s"].items():
+        q1, q3 = info["iqr_s"][path]
+        row = dict(path=path, baseline=path == base, median=median, q1=q1, q3=q3,
+                   per_step=median / steps, ratio=info["ratio_of_medians"][path],
+                   paired=info["paired_ratio"][path], rounds=len(info["samples_s"][path]))
+        if also:
+            row["also"] = median / info["median_s"][also]
+        rows.append(row)
+    return rows
+
+
+def render_group(group, benches):
+    lines = [f"**{group}**", ""]
+    if benches[0]["extra_info"].get("path") == "paired":
+        bench = benches[0]
+        info = bench["extra_info"]
+        base, also = info["baseline_path"], info.get("also_vs")
+        per_step = bool(info.get("steps_per_call"))
+        header = "| path | median | IQR | rounds |"
+        header += (" per step |" if kind_of(group) == "lazy" else " per call |") if per_step else ""
+        header += f" ratio to {base} (medians) | median per-round ratio |"
+        header += f" ratio to {also} |" if also else ""
+        lines += [header, "|" + "---|" * (header.count("|") - 1)]
+        for r in paired_rows(bench):
+            line = (f"| {r['path']}{' (baseline)' if r['baseline'] else ''} "
+                    f"| {fmt_time(r['median'])} | {fmt_time(r['q1'])} - {fmt_time(r['q3'])} "
+                    f"| {r['rounds']} |")
+            if per_step:
+                line += f" {fmt_time(r['per_step'])} |"
+            line += f" {r['ratio']:.3f}x | {r['paired']:.3f}x |"
+            if also:
+                line += f" {r['also']:.3f}x |"
+            lines.append(line)
+        load = info.get("loadavg_1m")
+        if load:
+            lines += ["", f"1-minute load average at start / end: {load[0]:.1f} / {load[1]:.1f}"]
+        return lines + [""]
+    header = "| path | median | IQR | rounds x iters | ratio | load |"
+    lines += [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in group_rows(benches):
+        ratio = f"{r['ratio']:.3f}x" if r["ratio"] is not None else "-"
+        load = f"{r['load']:.1f}" if r["load"] is not None else "-"
+        lines.append(f"| {r['path']}{' (baseline)' if r['baseline'] else ''} "
+                     f"| {fmt_time(r['median'])} | {fmt_time(r['q1'])} - {fmt_time(r['q3'])} "
+                     f"| {r['rounds']} x {r['iterations']} | {ratio} | {load} |")
+    return lines + [""]
+
+
+def render_penalty_summary(groups):
+    """One compact table: fastgp XLA / naive median ratio per shape and dtype."""
+    lines = ["| B x D | dtype | naive median | fastgp xla median | xla / naive (medians) "
+             "| median per-round ratio |",
+             "|---|---|---|---|---|---|"]
+    for group in sorted((g for g in groups if kind_of(g) == "penalty"),
+                        key=lambda g: (g.split(":")[1], [int(v) for v in g.split(":")[2].split("x")])):
+        rows = {r["path"]: r for r in paired_rows(groups[group][0])}
+        if {"naive", "xla"} <= rows.keys():
+            _, dtype, shape = group.split(":")
+            lines.append(f"| {shape} | {dtype} | {fmt_time(rows['naive']['per_step'])} "
+                         f"| {fmt_time(rows['xla']['per_step'])} | {rows['xla']['ratio']:.3f}x "
+                         f"| {rows['xla']['paired']:.3f}x |")
+    return lines + [""]
+
+
+def render(data, groups):
+    m = data.get("machine_info", {})
+    cpu = m.get("cpu", {})
+    lines = [
+        "# Benchmark results (CPU)",
+        "",
+        f"Run {data.get('datetime', '?')}; {cpu.get('brand_raw', '?')}, "
+        f"{cpu.get('count', '?')} logical CPUs, Python {m.get('python_version', '?')}. "
+        "Medians of warm, jitted calls, each blocked until ready; ratios are ratios of medians "
+        "within this one run. `load` is the 1-minute load average when the benchmark started "
+        "(other processes share these cores).",
+        "",
+        "## Summary: penalty on precomputed gradients",
+        "",
+        *render_penalty_summary(groups),
+    ]
+    for kind in ORDER:
+        names = sorted(g for g in groups if kind_of(g) == kind)
+        if not names:
+            continue
+        lines += [f"## {TITLES[kind]}", ""]
+        for name in names:
+            lines += render_group(name, groups[name])
+    return "\n".join(lines)
+
+
+def plot(groups, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    critic_groups = [g for k in ("step", "second-order", "lazy", "remat") for g in sorted(groups)
+                     if kind_of(g) == k]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, max(5, 0.32 * sum(
+        len(groups[g]) for g in critic_groups))))
+    labels, ratios, colors = [], [], []
+    palette = {"step": "tab:blue", "second-order": "tab:orange", "lazy": "tab:green",
+               "remat": "tab:red"}
+    for g in critic_groups:
+        bench = groups[g][0]
+        rows = (paired_rows(bench) if bench["extra_info"].get("path") == "paired"
+                else group_rows(groups[g]))
+        for r in rows:
+            if r["ratio"] is None:
+                continue
+            labels.append(f"{g} | {r['path']}")
+            ratios.append(r["ratio"])
+            colors.append(palette[kind_of(g)])
+    ax1.barh(range(len(ratios)), ratios, color=colors)
+    ax1.set_yticks(range(len(ratios)), labels, fontsize=7)
+    ax1.invert_yaxis()
+    ax1.axvline(1.0, color="k", lw=0.8)
+    ax1.set_xlabel("median time / group baseline")
+    ax1.set_title("Critic-step groups (baseline: naive for step/remat, plain for others)")
+    for dtype, marker in (("f32", "o"), ("bf16", "s")):
+        xs, ys = [], []
+        for g in sorted((g for g in groups if g.startswith(f"penalty:{dtype}:")),
+                        key=lambda g: [int(v) for v in g.split(":")[2].split("x")]):
+            rows = {r["path"]: r for r in paired_rows(groups[g][0])}
+            if "xla" in rows and rows["xla"]["ratio"] is not None:
+                xs.append(g.split(":")[2])
+                ys.append(rows["xla"]["ratio"])
+        ax2.plot(xs, ys, marker=marker, label=dtype)
+    ax2.axhline(1.0, color="k", lw=0.8)
+    ax2.set_ylabel("fastgp xla / naive (median)")
+    ax2.set_xlabel("B x D")
+    ax2.set_title("Penalty value_and_grad on precomputed g")
+    ax2.tick_params(axis="x", rotation=30)
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    source = pathlib.Path(argv[0]) if argv else RESULTS / "bench.json"
+    data, groups = load(source)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    text = render(data, groups)
+    (RESULTS / "bench.md").write_text(text)
+    plot(groups, RESULTS / "bench.png")
+    print(text)
+    print(f"wrote {RESULTS / 'bench.md'} and {RESULTS / 'bench.png'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

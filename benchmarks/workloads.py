@@ -1,0 +1,194 @@
+"""Benchmark workloads shared by the pytest-benchmark suites and the TPU compile script.
+
+    CRITICS[name]                 -> CriticSpec (model, batch, input shape)
+    critic_step(spec, variant)    -> step(params, opt_state, real, fake, key) -> (params, opt, loss)
+    lazy_steps(spec, every, n)    -> n critic steps from Python, the penalty every ``every`` steps
+    run_steps(steps, schedule)    -> jitted steps dispatched from Python, chaining the state
+    penalty_vjp(path)             -> f(g) = value_and_grad of the penalty on gradients wrt g
+    inputs(spec, dtype)           -> (params, opt_state, real, fake, key) concrete arrays
+
+Variants of the penalty inside a critic step:
+
+    plain          critic loss only (the floor: what a step costs with no penalty)
+    naive          fastgp.reference.naive_gradient_penalty (nested jax.grad, plain jnp)
+    fastgp         fastgp.penalty.gradient_penalty(backend="auto")
+    fastgp-xla     fastgp.penalty.gradient_penalty(backend="xla") (the XLA path, also on TPU)
+    fastgp-fwd     fastgp.strategies, second_order="forward"
+    fastgp-remat   fastgp.strategies, remat="nothing"
+    fastgp-dots    fastgp.strategies, remat="dots"
+    naive-remat    the naive penalty with the critic under jax.checkpoint(nothing_saveable)
+"""
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from fastgp import penalty, reference, strategies
+from fastgp.models import Model, mlp
+
+GP_WEIGHT = 10.0
+VARIANTS = ("plain", "naive", "fastgp", "fastgp-xla", "fastgp-fwd", "fastgp-remat", "fastgp-dots",
+            "naive-remat")
+
+
+def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3) -> Model:
+    """DCGAN critic without batch norm: 4x4 stride-2 convs (c, 2c, 4c), LeakyReLU 0.2, dense -> (B,).
+
+    ``image`` 32 gives 32 -> 16 -> 8 -> 4; ``image`` 64 adds a fourth conv (8c) to end at 4x4.
+    """
+    dn = ("NCHW", "OIHW", "NCHW")
+    layers = int(math.log2(image // 4))
+    widths = [in_channels] + [channels * 2 ** i for i in range(layers)]
+
+    def init(key):
+        keys = jax.random.split(key, layers + 1)
+        params = []
+        for k, c_in, c_out in zip(keys, widths[:-1], widths[1:]):
+            std = math.sqrt(2.0 / (c_in * 16))
+            params.append({"w": std * jax.random.normal(k, (c_out, c_in, 4, 4), jnp.float32),
+                           "b": jnp.zeros((c_out,), jnp.float32)})
+        fan_in = widths[-1] * 16
+        params.append({"w": jax.random.normal(keys[-1], (fan_in, 1)) / math.sqrt(fan_in),
+                       "b": jnp.zeros((1,), jnp.float32)})
+        return params
+
+    def apply(params, x, dtype=jnp.float32):
+        p = jax.tree.map(lambda a: a.astype(dtype), params)
+        h = x.astype(dtype)
+        for layer in p[:-1]:
+            h = lax.conv_general_dilated(h, layer["w"], (2, 2), ((1, 1), (1, 1)),
+                                         dimension_numbers=dn)
+            h = jax.nn.leaky_relu(h + layer["b"][None, :, None, None], 0.2)
+        h = h.reshape(h.shape[0], -1)
+        return (h @ p[-1]["w"] + p[-1]["b"])[:, 0].astype(jnp.float32)
+
+    return Model(init, apply)
+
+
+class CriticSpec(NamedTuple):
+    name: str
+    model: Model
+    batch: int
+    shape: tuple  # per-sample input shape
+
+
+CRITICS = {
+    "mlp2": CriticSpec("mlp2", mlp([2, 512, 512, 512, 1]), 256, (2,)),
+    "mlp3072": CriticSpec("mlp3072", mlp([3072, 512, 512, 512, 1]), 256, (3072,)),
+    "dcgan32": CriticSpec("dcgan32", dcgan_critic(32, 32), 32, (3, 32, 32)),
+}
+
+
+def optimizer():
+    return optax.adam(1e-4, b1=0.0, b2=0.9)
+
+
+def _penalty(variant, critic, x_hat, weight, axis_name=None):
+    if variant in ("naive", "naive-remat"):
+        if variant == "naive-remat":
+            critic = strategies.remat_critic(critic, "nothing")
+        value = reference.naive_gradient_penalty(critic, x_hat, weight=weight)
+        # equal shards: the mean of per-shard means is the global mean
+        return value if axis_name is None else lax.pmean(value, axis_name)
+    if variant in ("fastgp", "fastgp-xla"):
+        backend = "xla" if variant == "fastgp-xla" else "auto"
+        return penalty.gradient_penalty(critic, x_hat, weight=weight, backend=backend,
+                                        axis_name=axis_name)
+    options = {"fastgp-fwd": dict(second_order="forward"),
+               "fastgp-remat": dict(remat="nothing"),
+               "fastgp-dots": dict(remat="dots")}[variant]
+    return strategies.gradient_penalty(critic, x_hat, weight=weight, backend="auto",
+                                       axis_name=axis_name, **options)
+
+
+def critic_loss(spec, variant, params, real, fake, key, weight=GP_WEIGHT, apply_gp=True,
+                axis_name=None, dtype=jnp.float32):
+    """mean D(fake) - mean D(real) (+ the penalty at interpolates, unless ``variant == "plain"``)."""
+    critic = functools.partial(spec.model.apply, params, dtype=dtype)
+
+    def mean(v):
+        total = jnp.sum(v)
+        count = jnp.float32(v.shape[0])
+        if axis_name is not None:
+            total, count = lax.psum(total, axis_name), lax.psum(count, axis_name)
+        return total / count
+
+    loss = mean(critic(fake)) - mean(critic(real))
+    if variant == "plain" or not apply_gp:
+        return loss
+    x_hat = penalty.interpolate(key, real, fake, axis_name=axis_name)
+    return loss + _penalty(variant, critic, x_hat, weight, axis_name)
+
+
+def critic_step(spec, variant, *, axis_name=None, dtype=jnp.float32):
+    """One critic update (value_and_grad wrt params + Adam), unjitted."""
+    opt = optimizer()
+
+    def step(params, opt_state, real, fake, key):
+        loss, grads = jax.value_and_grad(
+            lambda p: critic_loss(spec, variant, p, real, fake, key, axis_name=axis_name,
+                                  dtype=dtype))(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step
+
+
+def run_steps(steps, schedule):
+    """Critic steps dispatched from Python: ``schedule[i]`` picks the jitted step (an index into
+    ``steps``) for step i; parameters and optimiser state chain from step to step.
+
+    Lazy regularisation selects the penalised or the plain step in Python rather than with
+    ``lax.cond`` or inside ``lax.scan``: XLA:CPU runs a convolution inside a conditional branch
+    or a while loop about 9x slower than the same convolution at top level (measured here,
+    32x32x16x16 input, 4x4 stride-2 conv to 64 channels: 1.7 ms top level, 15 ms in a cond
+    branch, 15 ms per iteration in a fori_loop), which would swamp the comparison for the conv
+    critic. On TPU either form is fine."""
+
+    def run(params, opt_state, real, fake, key):
+        loss = None
+        for index in schedule:
+            params, opt_state, loss = steps[index](params, opt_state, real, fake, key)
+        return params, opt_state, loss
+
+    return run
+
+
+def lazy_steps(spec, every, n):
+    """``n`` critic steps with the penalty (weight x ``every``) on steps ``i % every == 0``."""
+    opt = optimizer()
+
+    def step(apply_gp):
+        def one(params, opt_state, real, fake, key):
+            loss, g = jax.value_and_grad(
+                lambda p: critic_loss(spec, "fastgp", p, real, fake, key,
+                                      weight=GP_WEIGHT * every, apply_gp=apply_gp))(params)
+            updates, opt_state = opt.update(g, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
+        return jax.jit(one)
+
+    return run_steps([step(False), step(True)], [int(i % every == 0) for i in range(n)])
+
+
+def inputs(spec, dtype=jnp.float32, seed=0):
+    k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(seed), 4)
+    params = spec.model.init(k1)
+    shape = (spec.batch,) + tuple(spec.shape)
+    real = jax.random.normal(k2, shape, jnp.float32).astype(dtype)
+    fake = jax.random.normal(k3, shape, jnp.float32).astype(dtype)
+    return params, optimizer().init(params), real, fake, k4
+
+
+def penalty_vjp(path):
+    """value_and_grad wrt g of the penalty on precomputed gradients, for ``path`` in
+    ("naive", "xla", "interpret")."""
+    if path == "naive":
+        f = lambda g: reference.naive_penalty_from_grads(g, weight=GP_WEIGHT)
+    else:
+        f = lambda g: penalty.penalty_from_grads(g, weight=GP_WEIGHT, backend=path)
+    return jax.value_and_grad(f)
