@@ -55,9 +55,16 @@ def test_ragged_edges_exact_is_minimum_upper_counts_full_blocks():
     assert fwd.ratio_upper > 1.0
 
 
-def test_ragged_feature_axis_on_v4():
-    """(256, 3072) f32 on v4 uses 2048-wide blocks: the second is half out of bounds."""
+def test_feature_axis_is_split_evenly():
+    """(256, 3072) f32 on v4: the 2048-lane budget becomes 2 x 1536, so no block is out of bounds."""
     fwd = forward_traffic(256, 3072, jnp.float32, "v4")
-    assert fwd.blocks.block_d == 2048 and fwd.grid == (2, 2)
+    assert fwd.blocks.block_d == 1536 and fwd.grid == (2, 2)
+    assert fwd.upper == fwd.exact == fwd.minimum
+
+
+def test_ragged_feature_axis_counts_only_the_edge_overhang():
+    """(256, 3000) f32 on v4: 2 x 1536 lanes, the last block has 72 lanes out of bounds."""
+    fwd = forward_traffic(256, 3000, jnp.float32, "v4")
+    assert fwd.blocks.block_d == 1536 and fwd.grid == (2, 2)
     assert fwd.exact == fwd.minimum
-    assert fwd.operands[0].upper == 2 * 2 * 128 * 2048 * 4
+    assert fwd.operands[0].upper == 2 * 2 * 128 * 1536 * 4
