@@ -169,3 +169,14 @@ def test_interpolate_keeps_dtype():
     real = jnp.zeros((3, 5), jnp.bfloat16)
     out = penalty.interpolate(jax.random.PRNGKey(0), real, jnp.ones_like(real))
     assert out.dtype == jnp.bfloat16 and out.shape == (3, 5)
+
+
+def test_critic_scores_of_shape_b_by_1_equal_shape_b():
+    params, x = make_problem(5, [(4, 6)])
+    flat = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y), x, backend="xla")
+    column = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y)[:, None], x,
+                                                backend="xla")
+    np.testing.assert_array_equal(flat(params), column(params))
+    for a, b in zip(jax.tree.leaves(jax.grad(flat)(params)),
+                    jax.tree.leaves(jax.grad(column)(params))):
+        np.testing.assert_array_equal(a, b)
