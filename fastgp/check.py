@@ -94,7 +94,7 @@ def toy_problem(config: TrainConfig):
 
 def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_critic: int = 5,
               gp_kind: str = "wgan-gp", gp_every: int = 1, precision: str = "f32",
-              lr: float = 1e-3, seed: int = 0) -> dict:
+              lr: float = 1e-3, seed: int = 0, second_order: str = "reverse") -> dict:
     """Train ``steps`` generator iterations both ways; a JSON-ready dict with ``ok`` the verdict.
 
     ``backend=None`` runs the Pallas kernel: "tpu-interpret" on CPU, "auto" elsewhere.
@@ -108,7 +108,7 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
         backend = "tpu-interpret" if jax.default_backend() == "cpu" else "auto"
     config = TrainConfig(batch_size=batch_size, n_critic=n_critic, gp_kind=gp_kind,
                          gp_every=gp_every, precision=precision, backend=backend, lr_g=lr,
-                         lr_d=lr, seed=seed)
+                         lr_d=lr, seed=seed, second_order=second_order)
     problem = toy_problem(config)
     sharded = Trainer(config, *problem, mesh=make_mesh(available[:devices]))
     naive = NaiveTrainer(config, *problem)
@@ -172,6 +172,8 @@ def _parser():
                    help="penalty backend (default: the kernel; tpu-interpret on CPU)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of both networks")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--second-order", default="reverse",
+                   help="penalty differentiation in the sharded trainer: reverse or forward")
     return p
 
 
@@ -208,7 +210,8 @@ def main(argv=None) -> int:
         return _rerun_with_devices(args.devices, argv)
     result = run_check(args.devices, args.steps, args.batch_size, backend=args.backend,
                        n_critic=args.n_critic, gp_kind=args.gp_kind, gp_every=args.gp_every,
-                       precision=args.precision, lr=args.lr, seed=args.seed)
+                       precision=args.precision, lr=args.lr, seed=args.seed,
+                       second_order=args.second_order)
     print(json.dumps(result), flush=True)
     return 0 if result["ok"] else 1
 

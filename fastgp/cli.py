@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 from fastgp.backends import BACKENDS
+from fastgp.strategies import SECOND_ORDER
 from fastgp.data import DATASETS
 from fastgp.kernels import KINDS
 from fastgp.multiprocess import (check_port, free_port, set_cpu_devices, start_distributed,
@@ -110,6 +111,10 @@ def _add_training_flags(p, *, defaults):
     p.add_argument("--lr", type=_number(0, open_low=True), default=defaults.get("lr"),
                    help="Adam learning rate of both networks")
     p.add_argument("--seed", type=_int, default=defaults.get("seed"), help="random seed")
+    p.add_argument("--second-order", choices=SECOND_ORDER, default=defaults.get("second_order"),
+                   help="how the penalty's parameter gradient is taken: reverse-over-reverse "
+                        "(nested grad) or forward-over-reverse (jvp of the critic; ~3x faster "
+                        "for conv critics on CPU, same gradients) (default reverse)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "largest relative differences; exit 1 beyond tolerance.")
     _add_training_flags(check, defaults={
         "steps": 5, "batch_size": 64, "n_critic": 5, "precision": "f32", "gp_kind": "wgan-gp",
-        "gp_every": 1, "lr": 1e-3, "seed": 0, "backend": None,
+        "gp_every": 1, "lr": 1e-3, "seed": 0, "backend": None, "second_order": "reverse",
         "backend_help": "penalty backend (default: the kernel; tpu-interpret on CPU, xla with "
                         "--processes > 1)"})
     _add_parallel_flags(check, devices=8)
@@ -216,7 +221,8 @@ def _train(args) -> int:
                  "n_critic": args.n_critic, "backend": args.backend,
                  "precision": args.precision, "gp_kind": args.gp_kind,
                  "gp_every": args.gp_every, "gp_weight": args.gp_weight, "seed": args.seed,
-                 "lr_g": args.lr, "lr_d": args.lr, "decay_fraction": args.decay_fraction}
+                 "lr_g": args.lr, "lr_d": args.lr, "decay_fraction": args.decay_fraction,
+                 "second_order": args.second_order}
     try:
         summary = train(options, {k: v for k, v in overrides.items() if v is not None})
     except RunError as err:
@@ -236,12 +242,14 @@ def _check(args) -> int:
         argv = ["--devices", str(args.devices or 1), "--steps", str(args.steps),
                 "--batch-size", str(args.batch_size), "--n-critic", str(args.n_critic),
                 "--gp-kind", args.gp_kind, "--gp-every", str(args.gp_every),
-                "--precision", args.precision, "--lr", str(args.lr), "--seed", str(args.seed)]
+                "--precision", args.precision, "--lr", str(args.lr), "--seed", str(args.seed),
+                "--second-order", args.second_order]
         return check.main(argv + (["--backend", args.backend] if args.backend else []))
     result = check.run_check(len(jax.devices()), args.steps, args.batch_size,
                              backend=args.backend or "xla", n_critic=args.n_critic,
                              gp_kind=args.gp_kind, gp_every=args.gp_every,
-                             precision=args.precision, lr=args.lr, seed=args.seed)
+                             precision=args.precision, lr=args.lr, seed=args.seed,
+                             second_order=args.second_order)
     result["processes"] = jax.process_count()
     if jax.process_index() == 0:
         print(json.dumps(result), flush=True)

@@ -34,6 +34,7 @@ DEFAULT_DATASET = "8gaussians"
 # TrainConfig field -> the command-line flag that sets it (for error messages).
 FLAGS = {"total_steps": "--steps", "batch_size": "--batch-size", "backend": "--backend",
          "precision": "--precision", "gp_every": "--gp-every", "gp_kind": "--gp-kind",
+         "second_order": "--second-order",
          "gp_weight": "--gp-weight", "seed": "--seed", "n_critic": "--n-critic",
          "lr_g": "--lr", "lr_d": "--lr", "decay_fraction": "--decay-fraction"}
 # Fields a resumed run may change: they do not alter what is computed, only how.

@@ -48,22 +48,24 @@ def remat_critic(critic, remat=None):
 
 
 def _penalty_of_grads(grads, kind, target, weight, backend, axis_name):
-    _, penalties = per_sample_penalties(grads, kind=kind, target=target, backend=backend)
-    return weight * global_mean(penalties, axis_name)
+    """(penalty, (B,) norms)."""
+    norms, penalties = per_sample_penalties(grads, kind=kind, target=target, backend=backend)
+    return weight * global_mean(penalties, axis_name), norms
 
 
 def _forward_over_reverse(critic, x, kind, target, weight, backend, axis_name):
     _, grads = input_gradients(critic, x)
     grads = lax.stop_gradient(grads)
-    value, v = jax.value_and_grad(
-        lambda g: _penalty_of_grads(g, kind, target, weight, backend, axis_name))(grads)
+    (value, norms), v = jax.value_and_grad(
+        lambda g: _penalty_of_grads(g, kind, target, weight, backend, axis_name),
+        has_aux=True)(grads)
     v = lax.stop_gradient(v)
     scores, tangent = jax.jvp(critic, (x,), (v,))
     del scores
     surrogate = jnp.sum(tangent, dtype=jnp.float32)
     if axis_name is not None:
         surrogate = lax.psum(surrogate, axis_name)
-    return lax.stop_gradient(value) + (surrogate - lax.stop_gradient(surrogate))
+    return lax.stop_gradient(value) + (surrogate - lax.stop_gradient(surrogate)), norms
 
 
 def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0, backend="auto",
@@ -74,6 +76,16 @@ def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0, back
     (``"reverse"`` or ``"forward"``) and ``remat`` (``None``, ``"nothing"`` or ``"dots"``); see
     the module docstring.
     """
+    penalty, _ = gradient_penalty_and_norms(
+        critic, x, kind=kind, target=target, weight=weight, backend=backend,
+        axis_name=axis_name, second_order=second_order, remat=remat)
+    return penalty
+
+
+def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0,
+                               backend="auto", axis_name=None, second_order="reverse",
+                               remat=None):
+    """:func:`gradient_penalty`, also returning the (B_local,) float32 input-gradient norms."""
     if second_order not in SECOND_ORDER:
         raise ValueError(f"unknown second_order {second_order!r}; expected one of {SECOND_ORDER}")
     checks.check_kind(kind)
@@ -87,4 +99,5 @@ def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0, back
     return _penalty_of_grads(grads, kind, target, weight, backend, axis_name)
 
 
-__all__ = ["REMAT_POLICIES", "SECOND_ORDER", "gradient_penalty", "remat_critic"]
+__all__ = ["REMAT_POLICIES", "SECOND_ORDER", "gradient_penalty", "gradient_penalty_and_norms",
+           "remat_critic"]

@@ -22,6 +22,7 @@ import optax
 
 from fastgp.backends import BACKENDS
 from fastgp.kernels import KINDS
+from fastgp.strategies import SECOND_ORDER
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 
@@ -54,6 +55,7 @@ class TrainConfig:
     seed: int = 0
     total_steps: int | None = None
     decay_fraction: float = 0.0
+    second_order: str = "reverse"
 
     def __post_init__(self):
         for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
@@ -78,6 +80,9 @@ class TrainConfig:
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if self.second_order not in SECOND_ORDER:
+            raise ValueError(f"unknown second_order {self.second_order!r}; expected one of "
+                             f"{SECOND_ORDER}")
         if not (isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1):
             raise ValueError(f"decay_fraction must be a number in [0, 1], got "
                              f"{self.decay_fraction!r}")

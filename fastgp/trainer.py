@@ -36,7 +36,8 @@ from jax.sharding import PartitionSpec as P
 
 from fastgp import diagnostics
 from fastgp.distributed import global_batch_slice, global_mean
-from fastgp.penalty import gradient_penalty_and_norms, interpolate
+from fastgp.penalty import interpolate
+from fastgp.strategies import gradient_penalty_and_norms
 from fastgp.train_state import (TrainConfig, TrainState, critic_keys, generator_key, gp_schedule,
                                 init_state, optimizers)
 
@@ -181,7 +182,7 @@ class Trainer:
                                                                   axis_name=AXIS)
             penalty, norms = gradient_penalty_and_norms(
                 critic, points, kind=cfg.gp_kind, target=cfg.gp_target, weight=weight,
-                backend=self.backend, axis_name=AXIS)
+                backend=self.backend, axis_name=AXIS, second_order=cfg.second_order)
             stats = diagnostics.norm_stats(norms)
         loss = penalty - wasserstein
         return loss, {"critic_loss": loss, "penalty": penalty, "wasserstein": wasserstein, **stats}

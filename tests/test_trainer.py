@@ -85,6 +85,17 @@ def test_lazy_regularisation_equals_naive():
     assert _last_json(proc.stdout)["ok"] is True
 
 
+@pytest.mark.parametrize("backend", ["xla", "tpu-interpret"])
+def test_forward_over_reverse_trainer_equals_naive_reverse(backend):
+    """The sharded trainer with second_order="forward" against the naive nested-grad trainer."""
+    proc = _run(["-m", "fastgp.check", "--devices", "2", "--steps", "3", "--batch-size", "16",
+                 "--n-critic", "2", "--backend", backend, "--second-order", "forward"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = _last_json(proc.stdout)
+    assert result["ok"] is True and result["config"]["second_order"] == "forward"
+    assert max(result["max_rel_diff"][k] for k in ("critic_grads", "generator_grads")) <= 1e-5
+
+
 def test_gp_schedule_is_lazy_and_rescaled():
     config = TrainConfig(gp_every=3, gp_weight=10.0)
     assert [bool(gp_schedule(config, i)[0]) for i in range(7)] == [1, 0, 0, 1, 0, 0, 1]
