@@ -32,12 +32,20 @@ def grad_norms(grads, *, backend="auto"):
     return norms
 
 
+def penalty_and_norms_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=1.0,
+                                 backend="auto", axis_name=None):
+    """(``weight * mean_b p(n_b)`` over the global batch, (B_local,) float32 norms)."""
+    weight = checks.check_weight(weight)
+    norms, penalties = per_sample_penalties(grads, kind=kind, target=target, backend=backend)
+    return weight * global_mean(penalties, axis_name), norms
+
+
 def penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=1.0, backend="auto",
                        axis_name=None):
     """``weight * mean_b p(n_b)`` over the global batch (psum'd over ``axis_name`` if given)."""
-    weight = checks.check_weight(weight)
-    _, penalties = per_sample_penalties(grads, kind=kind, target=target, backend=backend)
-    return weight * global_mean(penalties, axis_name)
+    penalty, _ = penalty_and_norms_from_grads(grads, kind=kind, target=target, weight=weight,
+                                              backend=backend, axis_name=axis_name)
+    return penalty
 
 
 def input_gradients(critic, x):
@@ -54,8 +62,8 @@ def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=
     """Like :func:`gradient_penalty`, also returning the (B_local,) float32 input-gradient norms."""
     weight = checks.check_weight(weight)
     _, grads = input_gradients(critic, x)
-    norms, penalties = per_sample_penalties(grads, kind=kind, target=target, backend=backend)
-    return weight * global_mean(penalties, axis_name), norms
+    return penalty_and_norms_from_grads(grads, kind=kind, target=target, weight=weight,
+                                        backend=backend, axis_name=axis_name)
 
 
 def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0, backend="auto",
@@ -99,6 +107,7 @@ __all__ = [
     "grad_norms",
     "input_gradients",
     "interpolate",
+    "penalty_and_norms_from_grads",
     "penalty_from_grads",
     "per_sample_penalties",
 ]

@@ -25,9 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fastgp import checks
-from fastgp.distributed import global_mean
-from fastgp.penalty import input_gradients, per_sample_penalties
+from fastgp import checks, penalty
 
 SECOND_ORDER = ("reverse", "forward")
 REMAT_POLICIES = {
@@ -47,17 +45,12 @@ def remat_critic(critic, remat=None):
     return jax.checkpoint(critic, policy=REMAT_POLICIES[remat])
 
 
-def _penalty_of_grads(grads, kind, target, weight, backend, axis_name):
-    """(penalty, (B,) norms)."""
-    norms, penalties = per_sample_penalties(grads, kind=kind, target=target, backend=backend)
-    return weight * global_mean(penalties, axis_name), norms
-
-
 def _forward_over_reverse(critic, x, kind, target, weight, backend, axis_name):
-    _, grads = input_gradients(critic, x)
+    _, grads = penalty.input_gradients(critic, x)
     grads = lax.stop_gradient(grads)
     (value, norms), v = jax.value_and_grad(
-        lambda g: _penalty_of_grads(g, kind, target, weight, backend, axis_name),
+        lambda g: penalty.penalty_and_norms_from_grads(
+            g, kind=kind, target=target, weight=weight, backend=backend, axis_name=axis_name),
         has_aux=True)(grads)
     v = lax.stop_gradient(v)
     scores, tangent = jax.jvp(critic, (x,), (v,))
@@ -76,10 +69,10 @@ def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0, back
     (``"reverse"`` or ``"forward"``) and ``remat`` (``None``, ``"nothing"`` or ``"dots"``); see
     the module docstring.
     """
-    penalty, _ = gradient_penalty_and_norms(
+    value, _ = gradient_penalty_and_norms(
         critic, x, kind=kind, target=target, weight=weight, backend=backend,
         axis_name=axis_name, second_order=second_order, remat=remat)
-    return penalty
+    return value
 
 
 def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0,
@@ -95,8 +88,8 @@ def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=
     critic = remat_critic(critic, remat)
     if second_order == "forward":
         return _forward_over_reverse(critic, x, kind, target, weight, backend, axis_name)
-    _, grads = input_gradients(critic, x)
-    return _penalty_of_grads(grads, kind, target, weight, backend, axis_name)
+    return penalty.gradient_penalty_and_norms(critic, x, kind=kind, target=target, weight=weight,
+                                              backend=backend, axis_name=axis_name)
 
 
 __all__ = ["REMAT_POLICIES", "SECOND_ORDER", "gradient_penalty", "gradient_penalty_and_norms",

@@ -16,7 +16,7 @@ jax.config.update("jax_num_cpu_devices", int(sys.argv[2]) if len(sys.argv) > 2 e
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fastgp import check, distributed, strategies, trainer  # noqa: E402
+from fastgp import check, distributed, penalty, trainer  # noqa: E402
 from fastgp.models import Model  # noqa: E402
 from fastgp.naive_trainer import NaiveTrainer  # noqa: E402
 from fastgp.train_state import TrainConfig  # noqa: E402
@@ -116,7 +116,7 @@ def wrong_reduction(devices):
         return honest_mean(values, None)
 
     for name, module, broken in (("psum_twice_loss", trainer, psum_twice),
-                                 ("per_core_penalty", strategies, per_core_mean)):
+                                 ("per_core_penalty", penalty, per_core_mean)):
         module.global_mean = broken
         try:
             results[name] = check.run_check(devices, 2, 24, backend="xla", n_critic=2)
