@@ -4,7 +4,7 @@
 
 Per (B, D) shape, dtype and TPU generation (generations with the same tiling share a row): the
 tiling ``choose_blocks`` picks, the grid, and for each kernel the bytes moved relative to the
-minimum (see ``fastgp.kernels.traffic``), both counting edge blocks in full ("upper") and only
+minimum (see ``traffic``), both counting edge blocks in full ("upper") and only
 their in-bounds part ("exact"). Nothing is compiled or run; the kernels are only traced.
 """
 
@@ -18,7 +18,7 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 import jax.numpy as jnp  # noqa: E402
 
 from fastgp.kernels.tiling import SUPPORTED_GENERATIONS, choose_blocks  # noqa: E402
-from fastgp.kernels.traffic import backward_traffic, forward_traffic  # noqa: E402
+from traffic import backward_traffic, forward_traffic  # noqa: E402
 
 # (B, D, note): the shapes the benchmarks run, then two ragged ones for illustration.
 SHAPES = [(64, 2, "bench: penalty"), (256, 2, "bench: penalty, mlp2 step"),
@@ -51,7 +51,7 @@ def render():
     lines = [
         "# Kernel HBM<->VMEM traffic (computed from the kernels' grids and BlockSpecs)",
         "",
-        "Bytes each kernel moves per call, from `fastgp.kernels.traffic` (the kernels are traced,",
+        "Bytes each kernel moves per call, from `traffic` (the kernels are traced,",
         "not run). Minimum: forward = one read of g + the (8, B) f32 stats write; backward = one",
         "read of g + one write of dg + the (8, B) f32 scale read. *upper* counts ragged edge blocks",
         "in full, *exact* only their in-bounds part. MB = 1e6 bytes.",

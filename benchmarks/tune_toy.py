@@ -1,10 +1,10 @@
-"""Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.trainer.Trainer`` on one device.
+"""Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.train.trainer.Trainer`` on one device.
 
     JAX_PLATFORMS=cpu python benchmarks/tune_toy.py --dataset 25gaussians --seed 0
 
 Every ``--eval-every`` generator steps run as one fused ``Trainer.run`` call; between calls the
 script prints modes captured, % high-quality samples (``--eval-samples`` samples) and wall time
-since start, compilation included. Defaults are the tuned recipe (``fastgp.recipes``, also the
+since start, compilation included. Defaults are the tuned recipe (``fastgp.train.recipes``, also the
 defaults of ``fastgp train``); ``--paper`` sets the original gan_toy.py configuration.
 """
 
@@ -15,12 +15,12 @@ import time
 import jax
 import numpy as np
 
-from fastgp.data import sample_toy, toy_modes
-from fastgp.models import ACTIVATIONS
-from fastgp.quality import mode_quality
-from fastgp.recipes import TOY_DEPTH, TOY_RECIPE, TOY_STEPS, TOY_WIDTH, toy_networks
-from fastgp.train_state import TrainConfig
-from fastgp.trainer import Trainer, make_mesh
+from fastgp.train.data import sample_toy, toy_modes
+from fastgp.train.models import ACTIVATIONS
+from fastgp.train.quality import mode_quality
+from fastgp.train.recipes import TOY_DEPTH, TOY_RECIPE, TOY_STEPS, TOY_WIDTH, toy_networks
+from fastgp.train.state import TrainConfig
+from fastgp.train.trainer import Trainer, make_mesh
 
 PAPER = dict(width=512, depth=3, g_width=512, g_depth=3, noise_dim=2, activation="relu",
              weight=0.1, lr_d=1e-4, lr_g=1e-4, b1=0.5, b2=0.9, batch=256, n_critic=5,

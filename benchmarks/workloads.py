@@ -29,7 +29,7 @@ import optax
 from jax import lax
 
 from fastgp import penalty, reference, strategies
-from fastgp.models import Model, mlp
+from fastgp.train.models import Model, mlp
 
 GP_WEIGHT = 10.0
 VARIANTS = ("plain", "naive", "fastgp", "fastgp-xla", "fastgp-fwd", "fastgp-remat", "fastgp-dots",

@@ -6,10 +6,11 @@ The primitives (see ``fastgp.rowops``) are
     scale(s, g, out_dtype)        -> (B, D)            s[b] * g[b, :]
     dot(a, b)                     -> (B,) float32      per-sample dot products
 
-``"auto"`` picks the Pallas TPU kernels where the program is lowered for TPU, the Pallas GPU
-(Triton) kernels where it is lowered for CUDA, and the XLA version everywhere else, decided at
-lowering time by ``lax.platform_dependent`` (so ahead-of-time export for TPU or CUDA from a CPU
-host gets the kernels). ``"pallas"`` is the same without the XLA fallback.
+``"auto"`` picks the Pallas TPU kernels where the program is lowered for TPU and the XLA version
+everywhere else (CUDA included, until the Triton kernels have been run and timed on a GPU),
+decided at lowering time by ``lax.platform_dependent`` (so ahead-of-time export for TPU from a CPU
+host gets the kernels). ``"pallas"`` runs the TPU kernels on TPU and the Triton kernels on CUDA,
+and fails to lower, with a ValueError naming the alternatives, anywhere else.
 """
 
 import functools
@@ -24,7 +25,7 @@ from jax.interpreters import mlir
 
 from fastgp import kernels
 from fastgp.kernels import penalty_gpu
-from fastgp.kernels.penalty_tpu import NORM_ROW, PENALTY_ROW, STATS_ROWS, SUM_ROW
+from fastgp.kernels.stats_layout import NORM_ROW, PENALTY_ROW, STATS_ROWS, SUM_ROW
 
 BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xla")
 
@@ -37,8 +38,13 @@ class RowOps(NamedTuple):
 
 # --- XLA ----------------------------------------------------------------------------------------
 
+def _accumulator(*arrays):
+    """float32, or float64 for float64 input (with x64 enabled): never narrower than the input."""
+    return jnp.result_type(jnp.float32, *(a.dtype for a in arrays))
+
+
 def _xla_stats(g, carry=None, *, kind=None, target=1.0):
-    x = g.astype(jnp.float32)
+    x = g.astype(_accumulator(g))
     total = jnp.sum(x * x, axis=1)
     if carry is not None:
         total = total + carry[SUM_ROW]
@@ -51,12 +57,14 @@ def _xla_stats(g, carry=None, *, kind=None, target=1.0):
 
 
 def _xla_scale(scale, g, *, out_dtype=None):
-    out = scale.astype(jnp.float32)[:, None] * g.astype(jnp.float32)
+    dtype = _accumulator(scale, g)
+    out = scale.astype(dtype)[:, None] * g.astype(dtype)
     return out.astype(out_dtype or g.dtype)
 
 
 def _xla_dot(a, b):
-    return jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32), axis=1)
+    dtype = _accumulator(a, b)
+    return jnp.sum(a.astype(dtype) * b.astype(dtype), axis=1)
 
 
 XLA = RowOps(_xla_stats, _xla_scale, _xla_dot)
@@ -97,10 +105,18 @@ def _unsupported(fn: Callable, backend: str) -> Callable:
                f"backend='interpret' or 'tpu-interpret' to run the kernel on CPU, 'xla' for plain "
                f"JAX, or 'auto' to pick per platform.")
 
+    def placeholder(spec):
+        # Typed like the kernel's output (manual axes included), so that lax.platform_dependent
+        # accepts the branch inside shard_map and the lowering is reached.
+        zeros = jnp.zeros(spec.shape, spec.dtype)
+        manual = getattr(spec, "manual_axis_type", None)
+        axes = tuple(sorted(manual.varying)) if manual is not None else ()
+        if axes:
+            zeros = lax.pcast(zeros, axes, to="varying")
+        return _unsupported_p.bind(zeros, message=message)
+
     def unsupported(*args, **kwargs):
-        out = jax.eval_shape(functools.partial(fn, **kwargs), *args)
-        return jax.tree.map(
-            lambda s: _unsupported_p.bind(jnp.zeros(s.shape, s.dtype), message=message), out)
+        return jax.tree.map(placeholder, jax.eval_shape(functools.partial(fn, **kwargs), *args))
 
     return unsupported
 
@@ -126,9 +142,22 @@ def resolve(backend: str) -> RowOps:
     tpu, gpu = _pallas_ops(kernels.penalty_tpu, False), _pallas_ops(penalty_gpu, False)
     if backend == "pallas":
         return RowOps(*(_per_platform(t, g, _unsupported(t, backend)) for t, g in zip(tpu, gpu)))
-    if backend == "auto":
-        return RowOps(*(_per_platform(t, g, x) for t, g, x in zip(tpu, gpu, XLA)))
+    if backend == "auto":  # CUDA stays on XLA until the Triton kernel has been timed on a GPU
+        return RowOps(*(_per_platform(t, x, x) for t, x in zip(tpu, XLA)))
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
-__all__ = ["BACKENDS", "NORM_ROW", "PENALTY_ROW", "RowOps", "SUM_ROW", "XLA", "resolve"]
+def resolve_for(backend: str, *arrays) -> RowOps:
+    """The RowOps for ``backend`` on these operands: float64 runs on XLA (the kernels accumulate in
+    float32), which ``"auto"`` and ``"xla"`` allow and the kernel backends refuse."""
+    wide = [a.dtype for a in arrays if jnp.dtype(a.dtype).itemsize > 4]
+    if not wide:
+        return resolve(backend)
+    if backend in ("auto", "xla"):
+        return XLA
+    raise ValueError(f"backend={backend!r} runs kernels that accumulate in float32, but the "
+                     f"input has dtype {wide[0]}; use backend='auto' or 'xla' for float64, or "
+                     f"cast to float32")
+
+
+__all__ = ["BACKENDS", "NORM_ROW", "PENALTY_ROW", "RowOps", "SUM_ROW", "XLA", "resolve", "resolve_for"]

@@ -1,28 +1,40 @@
-"""Public gradient-penalty API.
+"""Public gradient-penalty API: one surface for the penalty, its gradients and its diagnostics.
 
-    grad_norms(grads)                          -> (B,) float32 per-sample L2 norms
-    penalty_from_grads(grads, kind, ...)       -> scalar float32
-    gradient_penalty(critic, x, kind, ...)     -> scalar float32
-    interpolate(key, real, fake)               -> x_hat, one alpha ~ U[0, 1] per sample
+    gradient_penalty(critic, x, *, kind, target, weight, ...)     -> scalar
+    penalty_from_grads(grads, *, kind, target, weight, ...)        -> scalar
+    grad_norms(grads)                                              -> (B,) per-sample L2 norms
+    interpolate(key, real, fake)                                   -> x_hat, alpha ~ U[0, 1] per sample
 
 ``grads`` and ``x`` are arrays or pytrees of arrays sharing a leading batch axis B. Norms always
-accumulate in float32, whatever the input dtype. See the README for the maths and the backends.
+accumulate in float32 (float64 for float64 input with x64 enabled), whatever the input dtype, and
+results are float32 (float64). Inside ``shard_map`` pass ``axis_name`` (the data axis) for the mean
+over the global batch; forgetting it on sharded data is an error. See the README for the maths.
 """
 
 import jax
 import jax.numpy as jnp
 
-from fastgp import checks
-from fastgp.distributed import global_batch_slice, global_mean
+from fastgp import validation
+from fastgp.distributed import global_batch_slice, global_mean, require_axis_name, shard_count
 from fastgp.rowops import norms_and_penalties
+from fastgp.second_order import mean_penalty_and_norms
+
+DEFAULT_WEIGHT = 10.0  # lambda of Gulrajani et al. (2017), used by every function here
+SECOND_ORDER = ("reverse-over-forward", "reverse")
+REMAT_POLICIES = {
+    None: None,
+    "nothing": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 def per_sample_penalties(grads, *, kind="wgan-gp", target=1.0, backend="auto"):
     """(norms, penalties), each (B,) float32, for a pytree of (B, ...) input-gradients."""
-    checks.check_kind(kind)
-    checks.check_backend(backend)
-    target = checks.check_target(target)
-    rows, _ = checks.rows_of(grads, "grads")
+    validation.check_kind(kind)
+    validation.check_backend(backend)
+    target = validation.check_target(target)
+    rows, _ = validation.rows_of(grads, "grads")
+    validation.check_backend_on_data(backend, grads)
     return norms_and_penalties(rows, kind, target, backend)
 
 
@@ -32,17 +44,22 @@ def grad_norms(grads, *, backend="auto"):
     return norms
 
 
-def penalty_and_norms_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=1.0,
+def penalty_and_norms_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT,
                                  backend="auto", axis_name=None):
     """(``weight * mean_b p(n_b)`` over the global batch, (B_local,) float32 norms)."""
-    weight = checks.check_weight(weight)
+    weight = validation.check_weight(weight)
+    validation.check_axis_name(axis_name)
+    require_axis_name(grads, axis_name, "grads")
     norms, penalties = per_sample_penalties(grads, kind=kind, target=target, backend=backend)
     return weight * global_mean(penalties, axis_name), norms
 
 
-def penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=1.0, backend="auto",
-                       axis_name=None):
-    """``weight * mean_b p(n_b)`` over the global batch (psum'd over ``axis_name`` if given)."""
+def penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT,
+                       backend="auto", axis_name=None):
+    """``weight * mean_b p(n_b)`` over the global batch, for input-gradients already computed.
+
+    Differentiable in ``grads`` to any order (the kernels' nested custom VJPs).
+    """
     penalty, _ = penalty_and_norms_from_grads(grads, kind=kind, target=target, weight=weight,
                                               backend=backend, axis_name=axis_name)
     return penalty
@@ -50,32 +67,71 @@ def penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=1.0, backend
 
 def input_gradients(critic, x):
     """(scores (B,), d sum(scores) / dx) for a per-sample critic; gradients share x's structure."""
-    _, batch = checks.rows_of(x, "x")
+    _, batch = validation.rows_of(x, "x")
     scores, pullback = jax.vjp(critic, x)
-    flat = checks.check_scores(scores, batch)
+    flat = validation.check_scores(scores, batch)
     (grads,) = pullback(jnp.ones_like(scores))
     return flat, grads
 
 
-def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0,
-                               backend="auto", axis_name=None):
+def remat_critic(critic, remat=None):
+    """``critic`` under ``jax.checkpoint`` with the named policy (``None`` returns it unchanged)."""
+    validation.check_choice("remat", remat, tuple(REMAT_POLICIES))
+    if remat is None:
+        return critic
+    return jax.checkpoint(critic, policy=REMAT_POLICIES[remat])
+
+
+def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT,
+                               backend="auto", axis_name=None,
+                               second_order="reverse-over-forward", remat=None):
     """Like :func:`gradient_penalty`, also returning the (B_local,) float32 input-gradient norms."""
-    weight = checks.check_weight(weight)
-    _, grads = input_gradients(critic, x)
-    return penalty_and_norms_from_grads(grads, kind=kind, target=target, weight=weight,
-                                        backend=backend, axis_name=axis_name)
-
-
-def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0, backend="auto",
-                     axis_name=None):
-    """Gradient penalty of ``critic`` at points ``x`` (scalar float32).
-
-    ``critic`` maps x (B, ...) to scores (B,) or (B, 1) and must treat samples independently (no
-    batch norm). Close over the critic's parameters; ``jax.grad`` of this with respect to them is
-    the second-order gradient, taken through the fused kernels' custom VJPs.
-    """
-    penalty, _ = gradient_penalty_and_norms(critic, x, kind=kind, target=target, weight=weight,
+    validation.check_kind(kind)
+    validation.check_backend(backend)
+    validation.check_axis_name(axis_name)
+    validation.check_choice("second_order", second_order, SECOND_ORDER)
+    target = validation.check_target(target)
+    weight = validation.check_weight(weight)
+    validation.rows_of(x, "x")
+    require_axis_name(x, axis_name, "x")
+    validation.check_backend_on_data(backend, x)
+    critic = remat_critic(critic, remat)
+    if second_order == "reverse":
+        _, grads = input_gradients(critic, x)
+        return penalty_and_norms_from_grads(grads, kind=kind, target=target, weight=weight,
                                             backend=backend, axis_name=axis_name)
+    mean, norms = mean_penalty_and_norms(critic, x, kind=kind, target=target, backend=backend,
+                                         axis_name=axis_name)
+    return weight * mean, norms
+
+
+def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT,
+                     backend="auto", axis_name=None, second_order="reverse-over-forward",
+                     remat=None):
+    """Gradient penalty ``weight * mean_b p(||∂D(x)_b / ∂x_b||)`` of ``critic`` at points ``x``.
+
+    Args:
+      critic: x -> scores of shape (B,) or (B, 1); must treat samples independently (no batch
+        norm). Close over its parameters: ``jax.grad`` of this with respect to them is the
+        second-order gradient.
+      x: (B, ...) float array or pytree of them (f32, bf16, f16; f64 with x64 on ``"xla"``).
+      kind: ``"wgan-gp"`` (two-sided), ``"wgan-lp"`` (one-sided) or ``"r1"`` (zero-centred).
+      target: relative target norm t (static, > 0); ``kind="r1"`` ignores it.
+      weight: lambda (may be traced, e.g. a schedule); 10 by default.
+      backend: ``"auto"``, ``"pallas"``, ``"interpret"``, ``"tpu-interpret"``,
+        ``"gpu-interpret"`` or ``"xla"`` (see ``fastgp.backends``).
+      axis_name: inside ``shard_map``, the data axis: the mean is then over the global batch;
+        ``()`` for a deliberate per-shard mean.
+      second_order: ``"reverse-over-forward"`` (default; a custom_vjp whose backward is the VJP of
+        a JVP of the critic, exact to every order) or ``"reverse"`` (nested reverse mode).
+      remat: ``None``, ``"nothing"`` or ``"dots"``: rematerialise the critic's activations.
+
+    Returns:
+      scalar float32 (float64 for float64 input).
+    """
+    penalty, _ = gradient_penalty_and_norms(
+        critic, x, kind=kind, target=target, weight=weight, backend=backend,
+        axis_name=axis_name, second_order=second_order, remat=remat)
     return penalty
 
 
@@ -84,14 +140,15 @@ def interpolate(key, real, fake, *, axis_name=None):
 
     Inside ``shard_map`` pass ``axis_name``: alpha is then drawn for the global batch and each
     shard takes its own slice, so the result equals the single-device one for the same key.
+    ``axis_name=()`` draws alpha per shard from ``key`` as given.
     """
-    checks.check_same_structure(real, fake)
-    _, batch = checks.rows_of(real, "real")
-    if axis_name is None:
-        alpha = jax.random.uniform(key, (batch,), jnp.float32)
-    else:
-        shards = jax.lax.psum(1, axis_name)
-        alpha = jax.random.uniform(key, (batch * shards,), jnp.float32)
+    validation.check_same_structure(real, fake)
+    validation.check_axis_name(axis_name)
+    _, batch = validation.rows_of(real, "real")
+    require_axis_name((real, fake), axis_name, "real/fake")
+    shards = shard_count(axis_name)
+    alpha = jax.random.uniform(key, (batch * shards,), jnp.float32)
+    if shards != 1:
         alpha = global_batch_slice(alpha, batch, axis_name)
 
     def mix(r, f):
@@ -102,12 +159,16 @@ def interpolate(key, real, fake, *, axis_name=None):
 
 
 __all__ = [
+    "DEFAULT_WEIGHT",
+    "REMAT_POLICIES",
+    "SECOND_ORDER",
+    "grad_norms",
     "gradient_penalty",
     "gradient_penalty_and_norms",
-    "grad_norms",
     "input_gradients",
     "interpolate",
     "penalty_and_norms_from_grads",
     "penalty_from_grads",
     "per_sample_penalties",
+    "remat_critic",
 ]

@@ -1,7 +1,7 @@
 """The naive jnp gradient penalty, written the way most trainers write it. Kept as the oracle.
 
 No kernels, no custom VJPs: ``jax.grad`` of the summed critic output, ``sqrt(sum(g ** 2))`` per
-sample (in float32), the penalty, the mean. Its backward divides by the norm, so a sample with a
+sample (in float32, or float64), the penalty, the mean. Its backward divides by the norm, so a sample with a
 zero input-gradient turns every parameter gradient into NaN; that is the failure fastgp removes.
 """
 
@@ -10,10 +10,11 @@ import jax.numpy as jnp
 
 
 def naive_grad_norms(grads):
-    """(B,) float32 per-sample L2 norms, plain jnp."""
+    """(B,) per-sample L2 norms, plain jnp, in float32 (float64 for float64 input)."""
     leaves = jax.tree.leaves(grads)
     batch = leaves[0].shape[0]
-    sumsq = sum(jnp.sum(jnp.square(leaf.astype(jnp.float32).reshape(batch, -1)), axis=1)
+    dtype = jnp.result_type(jnp.float32, *(leaf.dtype for leaf in leaves))
+    sumsq = sum(jnp.sum(jnp.square(leaf.astype(dtype).reshape(batch, -1)), axis=1)
                 for leaf in leaves)
     return jnp.sqrt(sumsq)
 
@@ -29,7 +30,7 @@ def naive_penalties(norms, *, kind="wgan-gp", target=1.0):
     raise ValueError(f"unknown penalty kind {kind!r}")
 
 
-def naive_penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=1.0):
+def naive_penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=10.0):
     """weight * mean_b p(n_b) on one device."""
     return weight * jnp.mean(naive_penalties(naive_grad_norms(grads), kind=kind, target=target))
 

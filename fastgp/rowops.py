@@ -1,15 +1,17 @@
-"""Differentiable per-sample row operations, each a ``custom_vjp`` whose backward is a kernel.
+"""Per-sample norms and penalties of input-gradient rows: a Pallas forward with an exact jnp JVP.
 
-    norms_and_penalties(leaves) -> (norm (B,), penalty (B,))    forward: fused stats kernel
-    scale_rows(s, g)            -> s[b] * g[b, :]                the backward of the above
-    row_dot(a, b)               -> sum_d a[b, d] * b[b, d]       the backward of scale_rows
+    norms_and_penalties(rows, kind, target, backend) -> (norm (B,), penalty (B,))
 
-Each forward rule calls its own custom_vjp function and each backward rule is built only from
-these three functions and ``jnp``, so derivatives of any order stay on the kernels (and never reach
-a raw ``pallas_call``, which has no autodiff rule).
+The forward is the fused stats kernel of ``backend`` (one read of every row, float32
+accumulation). The derivative is a ``custom_jvp`` written in plain ``jnp``:
 
-At g = 0 the norm is not differentiable; we use dn/dg = 0 there (the subgradient of smallest
-norm), which keeps every parameter gradient finite for dead or flat critics.
+    dn_b = <g_b, dg_b> / n_b        dp_b = p'(n_b) dn_b
+
+so forward mode, reverse mode (JAX transposes the rule: the cotangent is the per-sample scale
+``(ct_n + ct_p p'(n)) / n`` times g, an elementwise op XLA fuses into its neighbours) and every
+higher order work, with the kernel on the primal path at each order. At g = 0 the norm is not
+differentiable; we use dn/dg = 0 there (the subgradient of smallest norm), which keeps every
+parameter gradient finite for dead or flat critics.
 """
 
 import functools
@@ -17,82 +19,63 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from fastgp.backends import NORM_ROW, PENALTY_ROW, resolve
+from fastgp.backends import NORM_ROW, PENALTY_ROW, resolve_for
 from fastgp.kernels import penalty_slope
 
-_TINY = float(jnp.finfo(jnp.float32).tiny)
+
+def _tiny(dtype):
+    return float(jnp.finfo(dtype).tiny)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
-def norms_and_penalties(leaves, kind, target, backend):
+def safe_inverse(norm):
+    """``1 / norm`` where the norm is positive, 0 where it is 0 (differentiable, finite)."""
+    positive = norm >= _tiny(norm.dtype)
+    return jnp.where(positive, 1.0 / jnp.where(positive, norm, 1.0), 0.0)
+
+
+def row_scale(norm, ct_norm, ct_penalty, kind, target):
+    """(B,) factors s with ``d<ct, (norm, penalty)> / dg_b = s_b * g_b`` (0 where the norm is 0).
+
+    ``d n_b / d g_b = g_b / n_b``, so ``s_b = (ct_norm_b + ct_penalty_b * p'(n_b)) / n_b``.
+    """
+    return (ct_norm + ct_penalty * penalty_slope(norm, kind, target)) * safe_inverse(norm)
+
+
+def row_dots(rows, other_rows):
+    """(B,) per-sample dot products over all leaves, accumulated in float32 (float64 for f64)."""
+    dtype = jnp.result_type(jnp.float32, *(r.dtype for r in rows))
+    return sum(jnp.sum(a.astype(dtype) * b.astype(dtype), axis=1)
+               for a, b in zip(rows, other_rows))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+def norms_and_penalties(rows, kind, target, backend):
     """Per-sample L2 norms over all leaves and the per-sample penalty of ``kind``.
 
     Args:
-      leaves: tuple of (B, D_i) float arrays (bf16/f16/f32); sums accumulate in float32.
+      rows: tuple of (B, D_i) float arrays (bf16/f16/f32, or f64 on XLA); sums accumulate in
+        float32 (float64 for float64 input).
       kind, target: penalty kind and relative target (static).
       backend: backend name (see ``fastgp.backends``).
 
     Returns:
-      (norm, penalty), each (B,) float32.
+      (norm, penalty), each (B,) float32 (float64 for float64 input).
     """
-    ops = resolve(backend)
+    ops = resolve_for(backend, *rows)
     carry = None
-    for leaf in leaves[:-1]:
+    for leaf in rows[:-1]:
         carry = ops.stats(leaf, carry)
-    stats = ops.stats(leaves[-1], carry, kind=kind, target=target)
+    stats = ops.stats(rows[-1], carry, kind=kind, target=target)
     return stats[NORM_ROW], stats[PENALTY_ROW]
 
 
-def _norms_fwd(leaves, kind, target, backend):
-    norm, penalty = norms_and_penalties(leaves, kind, target, backend)
-    return (norm, penalty), (leaves, norm)
+@norms_and_penalties.defjvp
+def _norms_and_penalties_jvp(kind, target, backend, primals, tangents):
+    (rows,), (row_tangents,) = primals, tangents
+    norm, penalty = norms_and_penalties(rows, kind, target, backend)
+    d_norm = row_dots(rows, row_tangents) * safe_inverse(norm)
+    d_penalty = penalty_slope(norm, kind, target) * d_norm
+    return (norm, penalty), (d_norm, d_penalty)
 
 
-def _norms_bwd(kind, target, backend, residuals, cotangents):
-    leaves, norm = residuals
-    ct_norm, ct_penalty = cotangents
-    positive = norm >= _TINY
-    inverse_norm = jnp.where(positive, 1.0 / jnp.where(positive, norm, 1.0), 0.0)
-    slope = penalty_slope(norm, kind, target)
-    scale = (ct_norm + ct_penalty * slope) * inverse_norm
-    return (tuple(scale_rows(scale, leaf, backend) for leaf in leaves),)
-
-
-norms_and_penalties.defvjp(_norms_fwd, _norms_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def scale_rows(scale, g, backend):
-    """(B,) float32 ``scale`` times the rows of (B, D) ``g``; result in g's dtype."""
-    return resolve(backend).scale(scale, g)
-
-
-def _scale_fwd(scale, g, backend):
-    return scale_rows(scale, g, backend), (scale, g)
-
-
-def _scale_bwd(backend, residuals, ct):
-    scale, g = residuals
-    return row_dot(g, ct, backend), scale_rows(scale, ct, backend).astype(g.dtype)
-
-
-scale_rows.defvjp(_scale_fwd, _scale_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def row_dot(a, b, backend):
-    """(B,) float32 per-sample dot products of two (B, D) arrays."""
-    return resolve(backend).dot(a, b)
-
-
-def _dot_fwd(a, b, backend):
-    return row_dot(a, b, backend), (a, b)
-
-
-def _dot_bwd(backend, residuals, ct):
-    a, b = residuals
-    return (scale_rows(ct, b, backend).astype(a.dtype),
-            scale_rows(ct, a, backend).astype(b.dtype))
-
-
-row_dot.defvjp(_dot_fwd, _dot_bwd)
+__all__ = ["norms_and_penalties", "row_dots", "row_scale", "safe_inverse"]

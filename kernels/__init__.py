@@ -4,9 +4,9 @@ Kernels only: no dispatch policy, no validation beyond what a kernel needs. The 
 ``fastgp.penalty``.
 """
 
-from fastgp.kernels.penalty_math import KINDS, penalty_of_norm, penalty_slope
-from fastgp.kernels.penalty_tpu import row_dot, row_stats, scale_rows
-from fastgp.kernels.tiling import Blocks, choose_blocks, generation_budget
+from .penalty_math import KINDS, penalty_of_norm, penalty_slope
+from .penalty_tpu import row_dot, row_stats, scale_rows
+from .tiling import Blocks, choose_blocks, generation_budget
 
 __all__ = [
     "KINDS",

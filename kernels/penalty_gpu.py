@@ -15,8 +15,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from fastgp.kernels.penalty_math import penalty_of_norm
-from fastgp.kernels.penalty_tpu import STATS_ROWS, SUM_ROW
+from .penalty_math import penalty_of_norm
+from .stats_layout import STATS_ROWS, SUM_ROW
 
 MAX_CHUNK = 4096
 

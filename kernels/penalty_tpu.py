@@ -22,11 +22,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from fastgp.kernels.penalty_math import penalty_of_norm
-from fastgp.kernels.tiling import LANES, Blocks, choose_blocks, current_generation
+from .penalty_math import penalty_of_norm
+from .stats_layout import NORM_ROW, PENALTY_ROW, STATS_ROWS, SUM_ROW
+from .tiling import LANES, Blocks, choose_blocks, current_generation
 
-STATS_ROWS = 8
-SUM_ROW, NORM_ROW, PENALTY_ROW = 0, 1, 2
 
 
 def _masked_f32(ref, k: int, features: int, block_d: int):

@@ -16,10 +16,11 @@ jax.config.update("jax_num_cpu_devices", int(sys.argv[2]) if len(sys.argv) > 2 e
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fastgp import check, distributed, penalty, trainer  # noqa: E402
-from fastgp.models import Model  # noqa: E402
-from fastgp.naive_trainer import NaiveTrainer  # noqa: E402
-from fastgp.train_state import TrainConfig  # noqa: E402
+from fastgp import distributed, penalty, second_order  # noqa: E402
+from fastgp.train import selfcheck as check, trainer  # noqa: E402
+from fastgp.train.models import Model  # noqa: E402
+from fastgp.train.naive_trainer import NaiveTrainer  # noqa: E402
+from fastgp.train.state import TrainConfig  # noqa: E402
 
 SCENARIOS = {}
 
@@ -63,7 +64,7 @@ def tolist(tree):
 @scenario
 def shard_stats(devices):
     """Per-core norm statistics of the sharded run and the naive per-sample norms."""
-    config = TrainConfig(batch_size=24, n_critic=2, backend="interpret", lr_d=1e-3, lr_g=1e-3)
+    config = TrainConfig(batch_size=24, n_critic=2, backend="tpu-interpret", lr_d=1e-3, lr_g=1e-3)
     sharded = trainer.Trainer(config, *problem())
     state, metrics = sharded.run(sharded.init(), 2)
     naive = NaiveTrainer(config, *problem())
@@ -107,7 +108,7 @@ def bf16(devices):
 def wrong_reduction(devices):
     """The check on deliberately broken reductions: it must report them."""
     results = {}
-    honest_mean = distributed.global_mean
+    honest_mean, honest_count = distributed.global_mean, distributed.global_count
 
     def psum_twice(values, axis_name=None):  # the loss summed over cores once more
         return jax.lax.psum(honest_mean(values, axis_name), axis_name)
@@ -115,13 +116,22 @@ def wrong_reduction(devices):
     def per_core_mean(values, axis_name=None):  # the penalty divided by the per-core batch only
         return honest_mean(values, None)
 
-    for name, module, broken in (("psum_twice_loss", trainer, psum_twice),
-                                 ("per_core_penalty", penalty, per_core_mean)):
-        module.global_mean = broken
+    def per_core_count(local_batch, axis_name=None):
+        return honest_count(local_batch, None)
+
+    patches = {"psum_twice_loss": [(trainer, "global_mean", psum_twice)],
+               "per_core_penalty": [(penalty, "global_mean", per_core_mean),
+                                    (second_order, "global_mean", per_core_mean),
+                                    (second_order, "global_count", per_core_count)]}
+    for name, replacements in patches.items():
+        originals = [(module, attr, getattr(module, attr)) for module, attr, _ in replacements]
+        for module, attr, broken in replacements:
+            setattr(module, attr, broken)
         try:
             results[name] = check.run_check(devices, 2, 24, backend="xla", n_critic=2)
         finally:
-            module.global_mean = honest_mean
+            for module, attr, original in originals:
+                setattr(module, attr, original)
     return results
 
 
@@ -132,7 +142,7 @@ def aot(devices):
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from fastgp.train_state import init_state
+    from fastgp.train.state import init_state
 
     devs = topologies.get_topology_desc("v5e:2x2", "tpu").devices
     mesh = Mesh(np.array(devs), ("data",))

@@ -76,8 +76,8 @@ def test_whole_critic_penalty_value_and_grad_compiles(generation, dtype):
         return penalty.gradient_penalty(lambda y: critic(p, y), x, backend="auto")
 
     text = compile_for(generation, jax.value_and_grad(loss), params, x)
-    # Three kernels: stats of leaf 1, fused stats of leaf 2, and the backward (once per leaf).
-    assert text.count("tpu_custom_call") >= 3
+    # Two kernels: stats of leaf 1, then fused stats + penalty of leaf 2 (the backward is XLA's).
+    assert text.count("tpu_custom_call") >= 2
 
 
 @pytest.mark.parametrize("generation", ["7x", "v5e"])

@@ -1,6 +1,6 @@
 """The ``fastgp`` command line end to end: outputs, exact resume, SIGKILL, processes, bad flags.
 
-Every run is a subprocess (``python -m fastgp.cli``), as a user would start it. One short 2-D run
+Every run is a subprocess (``python -m fastgp.train.cli``), as a user would start it. One short 2-D run
 (``REFERENCE``) is shared: its outputs are checked, and the interrupted runs must reach exactly its
 parameters.
 """
@@ -20,10 +20,10 @@ import jax
 import numpy as np
 import pytest
 
-from fastgp.checkpoint import Checkpoints
-from fastgp.cli import main
-from fastgp.recipes import build_problem, default_config
-from fastgp.train_state import init_state
+from fastgp.train.checkpoints import Checkpoints
+from fastgp.train.cli import main
+from fastgp.train.recipes import build_problem, default_config
+from fastgp.train.state import init_state
 
 ROOT = Path(__file__).resolve().parents[1]
 # 400 generator steps of the 2-D recipe at batch 64: checkpoints every 50, LR decay from 200.
@@ -39,7 +39,7 @@ def _env(**extra):
 
 
 def fastgp(*args, timeout=240, check=True):
-    proc = subprocess.run([sys.executable, "-m", "fastgp.cli", *args], cwd=ROOT, env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "fastgp.train.cli", *args], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=timeout)
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -131,7 +131,7 @@ def _committed_steps(directory):
 
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "fastgp.cli", "train", *RUN_FLAGS,
+    proc = subprocess.Popen([sys.executable, "-m", "fastgp.train.cli", "train", *RUN_FLAGS,
                              "--out", str(tmp_path)], cwd=ROOT, env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 180
@@ -207,7 +207,7 @@ class _StderrLines:
 @pytest.mark.slow
 def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastgp.cli", "train", "--processes", "2", "--devices", "2",
+        [sys.executable, "-m", "fastgp.train.cli", "train", "--processes", "2", "--devices", "2",
          "--steps", "100000", "--batch-size", "64", "--log-every", "1", "--no-progress",
          "--out", str(tmp_path)], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True)

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fastgp.data import DATASETS, load_digits, sample_toy, toy_modes
-from fastgp.models import conv_critic, conv_generator, mlp
+from fastgp.train.data import DATASETS, load_digits, sample_toy, toy_modes
+from fastgp.train.models import conv_critic, conv_generator, mlp
 from fastgp.penalty import gradient_penalty, interpolate
-from fastgp.quality import mode_quality
+from fastgp.train.quality import mode_quality
 
 # P(|N(0, I_2)| <= 3): the 3-sigma Euclidean disk holds 98.9 % of a 2-D Gaussian (99.7 % is 1-D).
 P_3SIGMA_2D = 1.0 - math.exp(-4.5)

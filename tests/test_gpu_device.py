@@ -7,7 +7,7 @@ import pytest
 
 from fastgp import penalty, reference
 from fastgp.kernels import penalty_gpu
-from fastgp.kernels.penalty_tpu import NORM_ROW
+from fastgp.kernels.stats_layout import NORM_ROW
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU")
 

@@ -7,7 +7,7 @@ import pytest
 
 from fastgp import penalty, reference
 from fastgp.kernels import penalty_gpu
-from fastgp.kernels.penalty_tpu import NORM_ROW, PENALTY_ROW, SUM_ROW
+from fastgp.kernels.stats_layout import NORM_ROW, PENALTY_ROW, SUM_ROW
 from oracles import penalties64
 
 TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
@@ -54,7 +54,9 @@ def test_second_order_through_gpu_kernels_matches_naive():
 
 @pytest.mark.parametrize("backend", ["auto", "pallas"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_whole_penalty_step_lowers_for_cuda_with_triton_kernels(backend, dtype):
+def test_whole_penalty_step_lowers_for_cuda(backend, dtype):
+    """``pallas`` puts the Triton stats kernel in the CUDA program; ``auto`` keeps CUDA on XLA
+    until the kernel has been run and timed on a GPU."""
     params = {"w": jax.ShapeDtypeStruct((300, 8), dtype), "v": jax.ShapeDtypeStruct((8,), dtype)}
     x = jax.ShapeDtypeStruct((12, 3, 100), dtype)
     step = jax.value_and_grad(
@@ -62,5 +64,7 @@ def test_whole_penalty_step_lowers_for_cuda_with_triton_kernels(backend, dtype):
     exported = jax.export.export(jax.jit(step), platforms=["cuda"],
                                  disabled_checks=[TRITON])(params, x)
     text = exported.mlir_module()
-    assert text.count("__gpu$xla.gpu.triton") >= 2  # forward stats and backward scale
-    assert "fastgp_row_stats" in text and "fastgp_scale_rows" in text
+    if backend == "pallas":
+        assert "__gpu$xla.gpu.triton" in text and "fastgp_row_stats" in text
+    else:
+        assert "__gpu$xla.gpu.triton" not in text

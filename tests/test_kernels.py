@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from jax.experimental.pallas import tpu as pltpu
 
 from fastgp.kernels import Blocks, choose_blocks, row_dot, row_stats, scale_rows
-from fastgp.kernels.penalty_tpu import NORM_ROW, PENALTY_ROW, SUM_ROW
+from fastgp.kernels.stats_layout import NORM_ROW, PENALTY_ROW, SUM_ROW
 from fastgp.kernels.tiling import SUPPORTED_GENERATIONS
 from oracles import penalties64
 

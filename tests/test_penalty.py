@@ -90,11 +90,13 @@ def test_reverse_over_reverse_hessian_matches_naive(backend):
     np.testing.assert_allclose(ours, naive, rtol=1e-5, atol=1e-6)
 
 
-def test_forward_mode_through_the_penalty_is_a_clear_error():
-    """custom_vjp has no forward mode: JAX says so instead of returning a wrong tangent."""
-    g = jnp.ones((2, 3))
-    with pytest.raises(TypeError, match="forward-mode"):
-        jax.jvp(lambda g: penalty.penalty_from_grads(g, backend="xla"), (g,), (g,))
+@pytest.mark.parametrize("backend", ["xla", "interpret"])
+def test_forward_mode_of_the_penalty_from_gradients_equals_naive(backend):
+    g = jax.random.normal(jax.random.PRNGKey(2), (4, 7))
+    t = jax.random.normal(jax.random.PRNGKey(3), (4, 7))
+    _, ours = jax.jvp(lambda g: penalty.penalty_from_grads(g, backend=backend), (g,), (t,))
+    _, naive = jax.jvp(lambda g: reference.naive_penalty_from_grads(g), (g,), (t,))
+    np.testing.assert_allclose(ours, naive, rtol=1e-6)
 
 
 @given(shapes=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 140)), min_size=1, max_size=3),

@@ -1,11 +1,16 @@
-"""kernels.traffic: bytes moved by the row kernels, read from their grids and BlockSpecs."""
+"""benchmarks/traffic.py: bytes moved by the row kernels, read from their grids and BlockSpecs."""
+
+import pathlib
+import sys
 
 import jax.numpy as jnp
 import pytest
 
-from fastgp.kernels.penalty_tpu import STATS_ROWS
+from fastgp.kernels.stats_layout import STATS_ROWS
 from fastgp.kernels.tiling import SUPPORTED_GENERATIONS, choose_blocks
-from fastgp.kernels.traffic import backward_traffic, forward_traffic
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+from traffic import backward_traffic, forward_traffic  # noqa: E402
 
 ALIGNED = [(64, 2), (256, 2), (256, 8192), (1024, 8192)]
 

@@ -1,7 +1,7 @@
 """The sharded trainer equals the plain one-device trainer; diagnostics, errors and TPU compile.
 
 Multi-device runs happen in subprocesses (the device count is fixed when JAX starts): through the
-``python -m fastgp.check`` CLI, or ``tests/multidevice_worker.py`` for the other scenarios.
+``python -m fastgp.train.selfcheck`` CLI, or ``tests/multidevice_worker.py`` for the other scenarios.
 """
 
 import importlib.util
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh
 
-from fastgp.diagnostics import summarize
-from fastgp.train_state import TrainConfig, critic_keys, generator_key, gp_schedule, index_sampler
-from fastgp.trainer import Trainer
+from fastgp.train.diagnostics import summarize
+from fastgp.train.state import TrainConfig, critic_keys, generator_key, gp_schedule, index_sampler
+from fastgp.train.trainer import Trainer
 
 WORKER = Path(__file__).with_name("multidevice_worker.py")
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def run_worker(scenario: str, devices: int, **env) -> dict:
 # --- equality with the naive path, one subprocess per mesh size --------------------------------
 
 EQUALITY_CASES = [
-    # (devices, backend, kind, via): "module" is a plain `python -m fastgp.check`; "reexec" calls
+    # (devices, backend, kind, via): "module" is a plain `python -m fastgp.train.selfcheck`; "reexec" calls
     # main() in a process whose JAX already started with one device, so it must re-execute.
     (1, "xla", "wgan-gp", "module"),
     (2, "xla", "wgan-lp", "reexec"),
@@ -60,9 +60,9 @@ def test_sharded_equals_naive(devices, backend, kind, via):
     argv = ["--devices", str(devices), "--steps", "3", "--batch-size", "24", "--n-critic", "2",
             "--backend", backend, "--gp-kind", kind]
     if via == "module":
-        proc = _run(["-m", "fastgp.check", *argv])
+        proc = _run(["-m", "fastgp.train.selfcheck", *argv])
     else:
-        code = ("import sys, jax; jax.devices(); from fastgp.check import main; "
+        code = ("import sys, jax; jax.devices(); from fastgp.train.selfcheck import main; "
                 f"sys.exit(main({argv!r}))")
         proc = _run(["-c", code])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -79,20 +79,20 @@ def test_sharded_equals_naive(devices, backend, kind, via):
 
 
 def test_lazy_regularisation_equals_naive():
-    proc = _run(["-m", "fastgp.check", "--devices", "3", "--steps", "3", "--batch-size", "24",
+    proc = _run(["-m", "fastgp.train.selfcheck", "--devices", "3", "--steps", "3", "--batch-size", "24",
                  "--n-critic", "2", "--gp-every", "3", "--backend", "xla"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _last_json(proc.stdout)["ok"] is True
 
 
 @pytest.mark.parametrize("backend", ["xla", "tpu-interpret"])
-def test_forward_over_reverse_trainer_equals_naive_reverse(backend):
-    """The sharded trainer with second_order="forward" against the naive nested-grad trainer."""
-    proc = _run(["-m", "fastgp.check", "--devices", "2", "--steps", "3", "--batch-size", "16",
-                 "--n-critic", "2", "--backend", backend, "--second-order", "forward"])
+def test_nested_reverse_trainer_equals_naive(backend):
+    """The sharded trainer with second_order="reverse" against the naive nested-grad trainer."""
+    proc = _run(["-m", "fastgp.train.selfcheck", "--devices", "2", "--steps", "3", "--batch-size", "16",
+                 "--n-critic", "2", "--backend", backend, "--second-order", "reverse"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = _last_json(proc.stdout)
-    assert result["ok"] is True and result["config"]["second_order"] == "forward"
+    assert result["ok"] is True and result["config"]["second_order"] == "reverse"
     assert max(result["max_rel_diff"][k] for k in ("critic_grads", "generator_grads")) <= 1e-5
 
 
@@ -205,7 +205,7 @@ def test_decay_needs_total_steps():
 
 
 def test_learning_rates_decay_linearly_to_zero_over_the_last_fraction():
-    from fastgp.train_state import lr_schedule
+    from fastgp.train.state import lr_schedule
 
     schedule = lr_schedule(2e-3, 100, 0.5)
     assert [float(schedule(i)) for i in (0, 49, 50)] == pytest.approx([2e-3, 2e-3, 2e-3])
@@ -215,7 +215,7 @@ def test_learning_rates_decay_linearly_to_zero_over_the_last_fraction():
 
 
 def _toy_models():
-    from fastgp.models import mlp
+    from fastgp.train.models import mlp
     return mlp([2, 4, 2]), mlp([2, 4, 1]), lambda key, n: jax.random.normal(key, (n, 2))
 
 

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp.kernels import penalty_tpu
-from fastgp.kernels.penalty_tpu import STATS_ROWS
+from fastgp.kernels.stats_layout import STATS_ROWS
 from fastgp.kernels.tiling import Blocks, choose_blocks
 
 STATS_BYTES = 4  # the stats / scale rows are float32

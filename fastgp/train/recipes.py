@@ -7,14 +7,14 @@
 Toy sets (8gaussians, 25gaussians, swissroll), measured on a 2-core CPU: generator and critic
 MLPs 3x128 ReLU, noise dim 2, penalty weight 1, Adam 2e-3 for both with betas (0.5, 0.9), batch
 256, 5 critic steps, 6000 generator iterations, both learning rates decaying linearly to 0 over
-the last half. Digits (8x8 images): the DCGAN-style conv pair of ``fastgp.models``.
+the last half. Digits (8x8 images): the DCGAN-style conv pair of ``fastgp.train.models``.
 """
 
 from typing import Callable, NamedTuple
 
-from fastgp.data import DATASETS, TOY_DATASETS, load_digits, sample_toy
-from fastgp.models import Model, conv_critic, conv_generator, mlp
-from fastgp.train_state import TrainConfig, index_sampler
+from fastgp.train.data import DATASETS, TOY_DATASETS, load_digits, sample_toy
+from fastgp.train.models import Model, conv_critic, conv_generator, mlp
+from fastgp.train.state import TrainConfig, index_sampler
 
 TOY_RECIPE = dict(batch_size=256, n_critic=5, gp_weight=1.0, lr_g=2e-3, lr_d=2e-3,
                   betas=(0.5, 0.9), latent_dim=2, decay_fraction=0.5)
@@ -28,7 +28,7 @@ DIGITS_CHANNELS = 32
 
 
 class Problem(NamedTuple):
-    """What a run trains: ``fastgp.models.Model`` pair, ``sample_real(key, n)``, image data?"""
+    """What a run trains: ``fastgp.train.models.Model`` pair, ``sample_real(key, n)``, image data?"""
 
     generator: Model
     critic: Model

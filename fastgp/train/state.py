@@ -1,6 +1,6 @@
 """What both trainers share: the configuration, the state, initialisation and the RNG derivation.
 
-The sharded trainer (``fastgp.trainer``) and the plain one-device oracle (``fastgp.naive_trainer``)
+The sharded trainer (``fastgp.train.trainer``) and the plain one-device oracle (``fastgp.train.naive_trainer``)
 must see the same parameters, optimiser and random numbers, so all of that is defined here once:
 
     TrainConfig                          hyperparameters (frozen; ``dataclasses.asdict`` for logs)
@@ -22,7 +22,7 @@ import optax
 
 from fastgp.backends import BACKENDS
 from fastgp.kernels import KINDS
-from fastgp.strategies import SECOND_ORDER
+from fastgp.penalty import SECOND_ORDER
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 
@@ -55,7 +55,7 @@ class TrainConfig:
     seed: int = 0
     total_steps: int | None = None
     decay_fraction: float = 0.0
-    second_order: str = "reverse"
+    second_order: str = "reverse-over-forward"
 
     def __post_init__(self):
         for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):

@@ -1,9 +1,9 @@
 """Self-check: the sharded trainer must equal the plain one-device trainer, step for step.
 
-    python -m fastgp.check --devices 8 --steps 5 --batch-size 64      # one JSON line; exit 1 if off
+    python -m fastgp.train.selfcheck --devices 8 --steps 5 --batch-size 64      # one JSON line; exit 1 if off
 
 :func:`run_check` trains the same toy WGAN-GP (MLPs on 8 Gaussians) from the same seed with
-``fastgp.trainer.Trainer`` on a ``devices``-long mesh and with ``fastgp.naive_trainer.NaiveTrainer``
+``fastgp.train.trainer.Trainer`` on a ``devices``-long mesh and with ``fastgp.train.naive_trainer.NaiveTrainer``
 on one device, and reports the largest relative differences of: every step's critic loss, penalty,
 Wasserstein estimate and generator loss (as seen by every core); each core's input-gradient norm
 mean/min/max against the same statistics of the naive per-sample norms on that core's slice of the
@@ -43,11 +43,11 @@ import time
 import jax
 import numpy as np
 
-from fastgp.data import sample_toy
-from fastgp.models import mlp
-from fastgp.naive_trainer import NaiveTrainer
-from fastgp.train_state import TrainConfig
-from fastgp.trainer import Trainer, make_mesh
+from fastgp.train.data import sample_toy
+from fastgp.train.models import mlp
+from fastgp.train.naive_trainer import NaiveTrainer
+from fastgp.train.state import TrainConfig
+from fastgp.train.trainer import Trainer, make_mesh
 
 # Per precision: the bound for each reported difference (None: reported, not gated).
 TOLERANCES = {
@@ -94,7 +94,7 @@ def toy_problem(config: TrainConfig):
 
 def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_critic: int = 5,
               gp_kind: str = "wgan-gp", gp_every: int = 1, precision: str = "f32",
-              lr: float = 1e-3, seed: int = 0, second_order: str = "reverse") -> dict:
+              lr: float = 1e-3, seed: int = 0, second_order: str = "reverse-over-forward") -> dict:
     """Train ``steps`` generator iterations both ways; a JSON-ready dict with ``ok`` the verdict.
 
     ``backend=None`` runs the Pallas kernel: "tpu-interpret" on CPU, "auto" elsewhere.
@@ -103,7 +103,7 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
     if devices > len(available):
         raise ValueError(f"the check needs {devices} devices but only {len(available)} are "
                          f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
-                         f"{devices} before JAX starts (python -m fastgp.check does this)")
+                         f"{devices} before JAX starts (python -m fastgp.train.selfcheck does this)")
     if backend is None:
         backend = "tpu-interpret" if jax.default_backend() == "cpu" else "auto"
     config = TrainConfig(batch_size=batch_size, n_critic=n_critic, gp_kind=gp_kind,
@@ -160,7 +160,7 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m fastgp.check", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m fastgp.train.selfcheck", description=__doc__.split("\n")[0])
     p.add_argument("--devices", type=int, default=8, help="mesh size (CPU devices are simulated)")
     p.add_argument("--steps", type=int, default=5, help="generator iterations K")
     p.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch size")
@@ -194,7 +194,7 @@ def _rerun_with_devices(n: int, argv) -> int:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {_FORCE_FLAG}={n}".strip()
     env["JAX_PLATFORMS"] = "cpu"
-    return subprocess.run([sys.executable, "-m", "fastgp.check", *argv], env=env).returncode
+    return subprocess.run([sys.executable, "-m", "fastgp.train.selfcheck", *argv], env=env).returncode
 
 
 def main(argv=None) -> int:

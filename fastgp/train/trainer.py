@@ -11,11 +11,11 @@
 One generator iteration is ``n_critic`` critic steps then one generator step. Parameters and
 optimiser state are replicated (``P()``), batches are sharded over "data" (``P("data")``).
 Semantics are those of one device with the GLOBAL batch: real data, generator noise and
-interpolation alpha are drawn for the global batch from the keys of ``fastgp.train_state`` and each
+interpolation alpha are drawn for the global batch from the keys of ``fastgp.train.state`` and each
 core uses its slice; losses are global means; parameter gradients are ``jax.grad`` taken inside
 ``shard_map`` (``check_vma=True``) of the psum'd global-mean loss, which makes them the
-single-device gradients with no hand-written scaling. ``fastgp.check`` verifies all of that against
-``fastgp.naive_trainer``.
+single-device gradients with no hand-written scaling. ``fastgp.train.selfcheck`` verifies all of that against
+``fastgp.train.naive_trainer``.
 
 ``metrics`` from ``run`` (I = iterations, C = n_critic, N = devices; gathered from every core):
     critic_loss, penalty, wasserstein          (I, C, N) float32  global values, as seen by core n
@@ -34,11 +34,11 @@ from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import diagnostics
+from fastgp.train import diagnostics
 from fastgp.distributed import global_batch_slice, global_mean
-from fastgp.penalty import interpolate
-from fastgp.strategies import gradient_penalty_and_norms
-from fastgp.train_state import (TrainConfig, TrainState, critic_keys, generator_key, gp_schedule,
+from fastgp.interpret_mode import blocking, check_backend_for_manual_axes
+from fastgp.penalty import gradient_penalty_and_norms, interpolate
+from fastgp.train.state import (TrainConfig, TrainState, critic_keys, generator_key, gp_schedule,
                                 init_state, optimizers)
 
 AXIS = "data"
@@ -57,30 +57,13 @@ def _shard(x, sharding: NamedSharding):
     return lax.with_sharding_constraint(x, sharding)
 
 
-class _Blocking:
-    """A jitted function that returns only once its result is ready.
-
-    Interpret-mode kernels call back into JAX from a host thread; dispatching more work while
-    those callbacks run can deadlock the CPU client (seen with 4 CPU devices), so in that mode
-    every call waits. ``lower`` is the jitted function's, for ahead-of-time compilation.
-    """
-
-    def __init__(self, fn):
-        self._fn = fn
-        self.lower = fn.lower
-
-    def __call__(self, *args, **kwargs):
-        return jax.block_until_ready(self._fn(*args, **kwargs))
-
-
 class Trainer:
-    """Sharded WGAN-GP training of ``generator`` and ``critic`` (``fastgp.models.Model`` pairs).
+    """Sharded WGAN-GP training of ``generator`` and ``critic`` (``fastgp.train.models.Model`` pairs).
 
     ``sample_real(key, n)`` returns ``n`` real samples (n, ...) float32 and must be jittable (see
-    ``fastgp.train_state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh with
-    axis "data" (default :func:`make_mesh`). ``config.backend == "interpret"`` runs the kernel as
-    ``"tpu-interpret"``, the interpret mode that works inside ``shard_map``; in that mode
-    ``run``, ``critic_step`` and ``gradients`` wait for their results before returning.
+    ``fastgp.train.state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh with
+    axis "data" (default :func:`make_mesh`). With an interpret backend ``run``, ``critic_step`` and
+    ``gradients`` wait for their results before returning (``fastgp.interpret_mode``).
     """
 
     def __init__(self, config: TrainConfig, generator, critic, sample_real, *, mesh=None):
@@ -97,22 +80,21 @@ class Trainer:
         self.mesh = mesh
         self.devices = devices
         self.local_batch = config.batch_size // devices
-        self.backend = "tpu-interpret" if config.backend == "interpret" else config.backend
+        check_backend_for_manual_axes(config.backend, (AXIS,))
+        self.backend = config.backend
         self._opt_g, self._opt_d = optimizers(config)
         self._replicated = NamedSharding(mesh, P())
         self._batched = NamedSharding(mesh, P(None, AXIS))
-        self.run = jax.jit(self._run, static_argnums=1)
-        self.critic_step = jax.jit(self._sharded(self._critic_step, (P(), P(AXIS), P())))
-        self.gradients = jax.jit(self._gradients)
-        if self.backend == "tpu-interpret":
-            self.run, self.critic_step, self.gradients = map(
-                _Blocking, (self.run, self.critic_step, self.gradients))
+        self.run = blocking(jax.jit(self._run, static_argnums=1), self.backend)
+        self.critic_step = blocking(
+            jax.jit(self._sharded(self._critic_step, (P(), P(AXIS), P()))), self.backend)
+        self.gradients = blocking(jax.jit(self._gradients), self.backend)
         self.sample = jax.jit(self._sample, static_argnums=2)
 
     # --- public (plus the jitted run, critic_step, gradients and sample set in __init__) -------
 
     def init(self) -> TrainState:
-        """The initial state (``fastgp.train_state.init_state``), replicated on the mesh."""
+        """The initial state (``fastgp.train.state.init_state``), replicated on the mesh."""
         return self.replicate(init_state(self.config, self.generator, self.critic))
 
     def replicate(self, state: TrainState) -> TrainState:

@@ -2,7 +2,7 @@
 
 No kernels, no ``shard_map``, no custom VJPs: ``jnp.mean`` losses, a hand-written interpolation
 and ``fastgp.reference.naive_gradient_penalty`` (nested ``jax.grad``). Parameters, optimiser and
-random numbers come from ``fastgp.train_state`` exactly as in ``fastgp.trainer``, so the two must
+random numbers come from ``fastgp.train.state`` exactly as in ``fastgp.train.trainer``, so the two must
 agree to float32 rounding.
 
     trainer = NaiveTrainer(config, generator, critic, sample_real)
@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from fastgp.reference import naive_grad_norms, naive_gradient_penalty
-from fastgp.train_state import (TrainConfig, TrainState, critic_keys, generator_key, gp_schedule,
+from fastgp.train.state import (TrainConfig, TrainState, critic_keys, generator_key, gp_schedule,
                                 init_state, optimizers)
 
 

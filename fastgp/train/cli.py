@@ -4,7 +4,7 @@
     fastgp check --devices N [--processes P] --steps K --batch-size B
 
 ``--devices N`` gives each process N simulated CPU devices (XLA_FLAGS, set here before JAX
-starts). ``--processes P`` starts P local processes (``fastgp.multiprocess``) that form one JAX
+starts). ``--processes P`` starts P local processes (``fastgp.train.launcher``) that form one JAX
 job over P*N devices; the command runs in each, process 0 prints and writes the outputs.
 """
 
@@ -16,12 +16,12 @@ import subprocess
 import sys
 
 from fastgp.backends import BACKENDS
-from fastgp.strategies import SECOND_ORDER
-from fastgp.data import DATASETS
+from fastgp.penalty import SECOND_ORDER
+from fastgp.train.data import DATASETS
 from fastgp.kernels import KINDS
-from fastgp.multiprocess import (check_port, free_port, set_cpu_devices, start_distributed,
+from fastgp.train.launcher import (check_port, free_port, set_cpu_devices, start_distributed,
                                  supervise)
-from fastgp.train_state import PRECISIONS
+from fastgp.train.state import PRECISIONS
 
 TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
@@ -112,9 +112,9 @@ def _add_training_flags(p, *, defaults):
                    help="Adam learning rate of both networks")
     p.add_argument("--seed", type=_int, default=defaults.get("seed"), help="random seed")
     p.add_argument("--second-order", choices=SECOND_ORDER, default=defaults.get("second_order"),
-                   help="how the penalty's parameter gradient is taken: reverse-over-reverse "
-                        "(nested grad) or forward-over-reverse (jvp of the critic; ~3x faster "
-                        "for conv critics on CPU, same gradients) (default reverse)")
+                   help="how the penalty's parameter gradient is taken: reverse-over-forward "
+                        "(the VJP of a JVP of the critic, the default) or reverse (nested grad); "
+                        "both exact")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "largest relative differences; exit 1 beyond tolerance.")
     _add_training_flags(check, defaults={
         "steps": 5, "batch_size": 64, "n_critic": 5, "precision": "f32", "gp_kind": "wgan-gp",
-        "gp_every": 1, "lr": 1e-3, "seed": 0, "backend": None, "second_order": "reverse",
-        "backend_help": "penalty backend (default: the kernel; tpu-interpret on CPU, xla with "
+        "gp_every": 1, "lr": 1e-3, "seed": 0, "backend": None,
+        "second_order": "reverse-over-forward", "backend_help": "penalty backend (default: the kernel; tpu-interpret on CPU, xla with "
                         "--processes > 1)"})
     _add_parallel_flags(check, devices=8)
     return parser
@@ -202,14 +202,14 @@ def _supervise(args, argv) -> int:
     port = args.port or free_port()
     env = set_cpu_devices(args.devices or 1, dict(os.environ))
     env.setdefault("JAX_PLATFORMS", "cpu")
-    base = [sys.executable, "-m", "fastgp.cli", *argv]
+    base = [sys.executable, "-m", "fastgp.train.cli", *argv]
     commands = [base + ["--process-id", str(i), "--coordinator", f"127.0.0.1:{port}"]
                 for i in range(args.processes)]
     return supervise(commands, env)
 
 
 def _train(args) -> int:
-    from fastgp.run import RunError, RunOptions, train
+    from fastgp.train.run import RunError, RunOptions, train
 
     out = args.out or os.path.join("runs", args.dataset or "8gaussians")
     options = RunOptions(dataset=args.dataset, out=out, log_every=args.log_every,
@@ -236,7 +236,7 @@ def _train(args) -> int:
 def _check(args) -> int:
     import jax
 
-    from fastgp import check
+    from fastgp.train import selfcheck as check
 
     if jax.process_count() == 1:
         argv = ["--devices", str(args.devices or 1), "--steps", str(args.steps),
@@ -278,7 +278,7 @@ def main(argv=None) -> int:
     if args.devices is not None:
         if _reexec_needed(args.devices):
             env = set_cpu_devices(args.devices, dict(os.environ, JAX_PLATFORMS="cpu"))
-            return subprocess.run([sys.executable, "-m", "fastgp.cli", *argv],
+            return subprocess.run([sys.executable, "-m", "fastgp.train.cli", *argv],
                                   env=env).returncode
         set_cpu_devices(args.devices)
     if args.process_id is not None:

@@ -2,10 +2,10 @@
 
     metrics.jsonl    one JSON object per logged step (see :func:`metrics_record`)
     samples.npy      generator samples in data coordinates at the end, (N, ...) float32
-    figure.png       see ``fastgp.figures``
+    figure.png       see ``fastgp.train.figures``
     summary.json     the final summary line
     run.json         dataset and TrainConfig of the run
-    checkpoints/     orbax checkpoints (``fastgp.checkpoint``)
+    checkpoints/     orbax checkpoints (``fastgp.train.checkpoints``)
 """
 
 import json

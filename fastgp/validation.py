@@ -8,6 +8,8 @@ import jax.numpy as jnp
 from einops import rearrange
 
 from fastgp.backends import BACKENDS
+from fastgp.distributed import varying_axes
+from fastgp.interpret_mode import check_backend_for_manual_axes
 from fastgp.kernels import KINDS
 
 
@@ -23,7 +25,7 @@ def rows_of(tree, what: str):
             raise TypeError(f"{name} is a {type(leaf).__name__}, expected an array")
         if not jnp.issubdtype(leaf.dtype, jnp.floating):
             raise TypeError(f"{name} has dtype {leaf.dtype}; gradient penalties need a floating "
-                            f"dtype (float32, bfloat16 or float16)")
+                            f"dtype (float32, bfloat16, float16, or float64 with x64)")
         if leaf.ndim == 0:
             raise ValueError(f"{name} is a scalar; expected a leading batch axis (B, ...)")
         if leaf.shape[0] == 0:
@@ -51,6 +53,31 @@ def check_same_structure(real, fake):
         if r.dtype != f.dtype:
             raise TypeError(f"real{jax.tree_util.keystr(path)} has dtype {r.dtype} but fake has "
                             f"{f.dtype}")
+
+
+def check_choice(name: str, value, choices) -> None:
+    """``value`` must be one of ``choices``; the error names the argument."""
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {choices}")
+
+
+def check_axis_name(axis_name) -> None:
+    """None, a mesh axis name, or a tuple of them (``()`` for a deliberate per-shard value)."""
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    if axis_name is not None and not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"axis_name must be None, a mesh axis name or a tuple of names, got "
+                        f"{axis_name!r}")
+
+
+def check_backend_on_data(backend: str, tree) -> None:
+    """Backends that cannot run on this data (interpret mode inside shard_map, kernels on f64)."""
+    check_backend_for_manual_axes(backend, varying_axes(tree))
+    if backend not in ("auto", "xla"):
+        for leaf in jax.tree.leaves(tree):
+            if jnp.dtype(leaf.dtype).itemsize > 4:
+                raise ValueError(f"backend={backend!r} runs kernels that accumulate in float32, "
+                                 f"but the input has dtype {leaf.dtype}; use backend='auto' or "
+                                 f"'xla' for float64, or cast to float32")
 
 
 def check_kind(kind):

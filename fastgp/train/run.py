@@ -3,7 +3,7 @@
     summary = train(RunOptions(dataset=None, out=Path("runs/8gaussians")), overrides={})
 
 ``overrides`` maps TrainConfig fields to values given on the command line; the rest come from
-``fastgp.recipes`` (fresh run) or from the checkpoint (``resume``; a flag that contradicts the
+``fastgp.train.recipes`` (fresh run) or from the checkpoint (``resume``; a flag that contradicts the
 checkpoint is an error naming it). Training runs in chunks of ``Trainer.run`` that end on
 multiples of ``log_every``, ``eval_every`` and ``checkpoint_every``; each chunk end is one line of
 metrics.jsonl. Random numbers depend only on (seed, iteration), so a run continued from a
@@ -19,16 +19,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastgp import outputs
-from fastgp.checkpoint import Checkpoints, host_copy
-from fastgp.data import toy_modes
-from fastgp.figures import plot_run
+from fastgp.train import outputs
+from fastgp.train.checkpoints import Checkpoints, host_copy
+from fastgp.train.data import toy_modes
+from fastgp.train.figures import plot_run
 from fastgp.penalty import grad_norms
-from fastgp.progress import RunProgress
-from fastgp.quality import mode_quality
-from fastgp.recipes import build_problem, default_config
-from fastgp.train_state import TrainConfig
-from fastgp.trainer import Trainer, make_mesh
+from fastgp.train.progress import RunProgress
+from fastgp.train.quality import mode_quality
+from fastgp.train.recipes import build_problem, default_config
+from fastgp.train.state import TrainConfig
+from fastgp.train.trainer import Trainer, make_mesh
 
 DEFAULT_DATASET = "8gaussians"
 # TrainConfig field -> the command-line flag that sets it (for error messages).

@@ -1,0 +1,123 @@
+"""Reverse-over-forward second order: the penalty as a ``custom_vjp`` whose backward is a JVP's VJP.
+
+For a critic D(x; θ) with input-gradient g = ∇_x Σ_b D(x)_b, a penalty P(g), and v = ∂P/∂g
+(a per-sample rescaling of g), the chain rule gives
+
+    ∂P/∂(x, θ) = (∂g/∂(x, θ))ᵀ v = ∇_(x, θ) ⟨∇_x Σ_b D(x), v⟩ = ∇_(x, θ) Σ_b jvp(D, x, v)_b
+
+with v held fixed for that backward. A JVP followed by a VJP is far cheaper than a VJP of a VJP
+for convolutions (no transposed convolution of a transposed convolution). The critic's traced
+closed-over values (its parameters) are hoisted by ``jax.closure_convert`` so they are explicit
+differentiable inputs. v keeps its dependence on θ and x through the saved g and norms, so outer
+derivatives (Hessian-vector products, third order) differentiate the backward itself and stay
+those of the penalty. Forward-mode autodiff of the penalty itself is not available (a custom_vjp
+has no JVP rule); :func:`mean_penalty_and_norms` says so by name.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from fastgp import validation
+from fastgp.distributed import global_count, global_mean
+from fastgp.rowops import norms_and_penalties, row_scale
+
+
+def mean_penalty_and_norms(critic, x, *, kind, target, backend, axis_name):
+    """(mean_b p(n_b) over the global batch, (B_local,) norms), differentiated reverse-over-forward.
+
+    Args:
+      critic: x -> scores (B,) or (B, 1); may close over traced values (its parameters).
+      x: array or pytree of (B, ...) float arrays.
+      kind, target, backend, axis_name: as in ``fastgp.penalty.gradient_penalty`` (validated).
+
+    Returns:
+      (scalar, (B_local,)) float32 (float64 for float64 input).
+    """
+    converted, consts = jax.closure_convert(critic, x)
+    try:
+        return _mean_penalty(converted, kind, target, backend, axis_name, x, tuple(consts))
+    except TypeError as err:
+        if "forward-mode" not in str(err):
+            raise
+        raise TypeError(
+            "fastgp.gradient_penalty with second_order='reverse-over-forward' is a custom_vjp and "
+            "cannot be differentiated in forward mode first (jax.jvp or jax.jacfwd of the penalty "
+            "itself). Take reverse mode first: jax.grad, and on top of it jax.jvp(jax.grad(f)), "
+            "jax.hessian or further jax.grad all work; or use second_order='reverse', which is "
+            "forward-differentiable.") from err
+
+
+def _input_gradients(converted, x, consts):
+    """(grads of Σ scores w.r.t. x, in x's structure) for the closure-converted critic."""
+    _, batch = validation.rows_of(x, "x")
+    scores, pullback = jax.vjp(lambda y: converted(y, *consts), x)
+    validation.check_scores(scores, batch)
+    (grads,) = pullback(jnp.ones_like(scores))
+    return grads
+
+
+def _forward(converted, kind, target, backend, axis_name, x, consts):
+    grads = _input_gradients(converted, x, consts)
+    rows, _ = validation.rows_of(grads, "grads")
+    norms, penalties = norms_and_penalties(rows, kind, target, backend)
+    return global_mean(penalties, axis_name), norms, grads
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
+def _mean_penalty(converted, kind, target, backend, axis_name, x, consts):
+    mean, norms, _ = _forward(converted, kind, target, backend, axis_name, x, consts)
+    return mean, norms
+
+
+def _mean_penalty_fwd(converted, kind, target, backend, axis_name, x, consts):
+    mean, norms, grads = _forward(converted, kind, target, backend, axis_name, x, consts)
+    return (mean, norms), (x, consts, grads, norms)
+
+
+def _scale_like(scale, tree):
+    """``scale[b] * leaf[b]`` for every (B, ...) leaf of ``tree``, computed in float32 (or wider),
+    returned in each leaf's dtype. Left to XLA, which fuses it into the JVP that consumes it."""
+    def scaled(leaf):
+        dtype = jnp.promote_types(leaf.dtype, scale.dtype)
+        factor = scale.astype(dtype).reshape((-1,) + (1,) * (leaf.ndim - 1))
+        return (factor * leaf.astype(dtype)).astype(leaf.dtype)
+
+    return jax.tree.map(scaled, tree)
+
+
+def _differentiable(value) -> bool:
+    return jnp.issubdtype(jnp.result_type(value), jnp.inexact)
+
+
+def _zero_cotangent(value):
+    """The cotangent of a non-differentiable input (integer arrays, keys): float0 zeros."""
+    return jnp.zeros(jnp.shape(value), jax.dtypes.float0)
+
+
+def _mean_penalty_bwd(converted, kind, target, backend, axis_name, residuals, cotangents):
+    x, consts, grads, norms = residuals
+    ct_mean, ct_norms = cotangents
+    ct_penalty = ct_mean / global_count(norms.shape[0], axis_name).astype(norms.dtype)
+    v = _scale_like(row_scale(norms, ct_norms, ct_penalty, kind, target), grads)
+
+    where = tuple(_differentiable(c) for c in consts)
+    live = tuple(c for c, d in zip(consts, where) if d)
+
+    def directional(x, live):
+        it = iter(live)
+        full = tuple(next(it) if d else c for c, d in zip(consts, where))
+        _, tangent = jax.jvp(lambda y: converted(y, *full), (x,), (v,))
+        return jnp.sum(tangent, dtype=jnp.promote_types(tangent.dtype, jnp.float32))
+
+    ct_x, ct_live = jax.grad(directional, argnums=(0, 1))(x, live)
+    it = iter(ct_live)
+    ct_consts = tuple(next(it) if d else _zero_cotangent(c) for c, d in zip(consts, where))
+    return ct_x, ct_consts
+
+
+_mean_penalty.defvjp(_mean_penalty_fwd, _mean_penalty_bwd)
+
+
+__all__ = ["mean_penalty_and_norms"]
