@@ -55,8 +55,11 @@ def global_sum(value, axis_name=None):
 
 
 def global_count(local_batch: int, axis_name=None):
-    """The global batch size as a float32 scalar: ``local_batch`` times the shard count."""
-    return global_sum(jnp.float32(local_batch), axis_name)
+    """The global batch size as a float32 scalar: ``local_batch`` times the shard count.
+
+    Static (the mesh's axis sizes are known at trace time), so it costs no collective.
+    """
+    return jnp.float32(local_batch * shard_count(axis_name))
 
 
 def global_mean(values, axis_name=None):
@@ -70,10 +73,10 @@ def global_mean(values, axis_name=None):
     return total / global_count(values.shape[0], axis_name).astype(dtype)
 
 
-def shard_count(axis_name=None):
-    """Number of shards over ``axis_name`` (1 without one)."""
+def shard_count(axis_name=None) -> int:
+    """Number of shards over ``axis_name`` (1 without one), a Python int at trace time."""
     axes = _collective_axes(axis_name)
-    return lax.psum(1, axes) if axes else 1
+    return int(lax.psum(1, axes)) if axes else 1
 
 
 def global_batch_slice(values, local_batch, axis_name):

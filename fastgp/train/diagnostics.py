@@ -4,6 +4,7 @@ Inside ``shard_map``:
     norm_stats(norms)                  -> {norm_mean, norm_min, norm_max: f32, nonfinite: int32}
     skipped_norm_stats(axis_name)      -> the same for a step without a penalty (NaN, NaN, NaN, 0)
     gather(values, axis_name)          -> each scalar becomes an (n_devices,) array, replicated
+                                          (all of them in one packed collective)
 
 On the host:
     summarize(metrics)                 -> floats of the last step, for logs and progress bars
@@ -34,17 +35,22 @@ def skipped_norm_stats(axis_name):
 
 
 def gather(values, axis_name):
-    """all_gather each scalar of a dict over ``axis_name``: (n_devices,) arrays, same on every core.
+    """Every core's scalars, as (n_devices,) arrays identical on every core, in ONE collective.
 
-    Values already identical on every core (psum'd losses) are gathered too, so a host can check
-    that the replicas agree.
+    Each core writes its scalars into its own row of an (n_devices, k) float32 zero matrix, and
+    one psum assembles the table (each entry is one core's value plus zeros: exact, NaN and inf
+    stay in their own entry). Values already identical on every core (psum'd losses) are gathered
+    too, so a host can check that the replicas agree. int32 counts come back exact below 2^24.
     """
-    def one(x):
-        if axis_name not in jax.typeof(x).manual_axis_type.varying:
-            x = lax.pcast(x, axis_name, to="varying")
-        return lax.all_gather(x, axis_name, to="invarying")
-
-    return {name: one(x) for name, x in values.items()}
+    names = list(values)
+    local = jnp.stack([jnp.asarray(values[n], jnp.float32) for n in names])
+    if axis_name not in jax.typeof(local).manual_axis_type.varying:
+        local = lax.pcast(local, axis_name, to="varying")
+    devices = lax.psum(1, axis_name)
+    rows = jnp.zeros((devices, len(names)), jnp.float32)
+    rows = lax.dynamic_update_index_in_dim(rows, local, lax.axis_index(axis_name), axis=0)
+    table = lax.psum(rows, axis_name)
+    return {n: table[:, i].astype(jnp.asarray(values[n]).dtype) for i, n in enumerate(names)}
 
 
 def summarize(metrics) -> dict:

@@ -1,0 +1,55 @@
+"""The trainer's compiled steps issue as few collectives as the maths needs (counted in HLO)."""
+
+import functools
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from fastgp.train.recipes import build_problem, default_config
+from fastgp.train.trainer import Trainer, make_mesh
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+from collectives import count_collectives  # noqa: E402
+
+
+@functools.cache
+def compiled_steps(devices, batch_size=32):
+    config = default_config("8gaussians", batch_size=batch_size, backend="xla", n_critic=3)
+    problem = build_problem("8gaussians", config)
+    trainer = Trainer(config, problem.generator, problem.critic, problem.sample_real,
+                      mesh=make_mesh(jax.devices()[:devices]))
+    state = trainer.init()
+    real = jax.device_put(jnp.zeros((batch_size, 2)),
+                          jax.NamedSharding(trainer.mesh, jax.P("data")))
+    critic = trainer.critic_step.lower(state, real, jnp.int32(0)).compile().as_text()
+    iteration = trainer.run.lower(state, 1).compile().as_text()
+    return count_collectives(critic), count_collectives(iteration)
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_a_critic_step_is_two_all_reduces_and_nothing_else(devices):
+    """One all-reduce for the global means and the parameter gradients (XLA combines them), one
+    for the packed per-core diagnostics (they read the global losses, so they come after)."""
+    critic, _ = compiled_steps(devices)
+    assert set(critic) == {"all-reduce"}, critic
+    assert critic["all-reduce"]["count"] <= 2, critic
+
+
+def test_a_generator_iteration_gathers_no_scalars_one_by_one():
+    _, iteration = compiled_steps(4)
+    assert "all-gather" not in iteration, iteration
+    assert iteration["all-reduce"]["count"] <= 5, iteration
+
+
+def test_the_counter_reads_tuple_and_async_collectives():
+    text = """
+  %all-reduce = (f32[2,3]{1,0}, /*index=1*/f32[4]{0}) all-reduce(%a, %b), channel_id=1
+  %ag = bf16[8,16]{1,0} all-gather-start(%c), dimensions={0}
+  %ag.done = bf16[8,16]{1,0} all-gather-done(%ag)
+  %add = f32[] add(%x, %y)
+"""
+    assert count_collectives(text) == {"all-reduce": {"count": 1, "bytes": 40},
+                                       "all-gather": {"count": 1, "bytes": 256}}
