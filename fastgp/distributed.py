@@ -22,11 +22,12 @@ def varying_axes(tree) -> frozenset:
     return axes
 
 
-def require_axis_name(tree, axis_name, what: str) -> None:
+def require_axis_name(tree, axis_name, what: str,
+                      consequence: str = "the mean would be over this shard only") -> None:
     """Raise a ValueError when ``tree`` varies over manual mesh axes but ``axis_name`` is None.
 
     Without it the mean would silently be over this shard's samples only, and the parameter
-    gradients would be off by the shard count.
+    gradients would be off by the shard count; ``consequence`` says what would go wrong.
     """
     if axis_name is not None:
         return
@@ -36,7 +37,7 @@ def require_axis_name(tree, axis_name, what: str) -> None:
         suggestion = names[0] if len(names) == 1 else names
         raise ValueError(
             f"{what} varies over the manual mesh axes {names} (inside shard_map), but "
-            f"axis_name is None, so the mean would be over this shard only. Pass "
+            f"axis_name is None, so {consequence}. Pass "
             f"axis_name={suggestion!r} for the mean over the global batch, or axis_name=() for "
             f"a deliberate per-shard value.")
 

@@ -68,7 +68,7 @@ def penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIG
 def input_gradients(critic, x):
     """(scores (B,), d sum(scores) / dx) for a per-sample critic; gradients share x's structure."""
     _, batch = validation.rows_of(x, "x")
-    scores, pullback = jax.vjp(critic, x)
+    scores, pullback = jax.vjp(lambda y: validation.call_critic(critic, y), x)
     flat = validation.check_scores(scores, batch)
     (grads,) = pullback(jnp.ones_like(scores))
     return flat, grads
@@ -145,7 +145,8 @@ def interpolate(key, real, fake, *, axis_name=None):
     validation.check_same_structure(real, fake)
     validation.check_axis_name(axis_name)
     _, batch = validation.rows_of(real, "real")
-    require_axis_name((real, fake), axis_name, "real/fake")
+    require_axis_name((real, fake), axis_name, "real/fake",
+                      "every shard would draw the same alphas from the same key")
     shards = shard_count(axis_name)
     alpha = jax.random.uniform(key, (batch * shards,), jnp.float32)
     if shards != 1:

@@ -35,7 +35,9 @@ def mean_penalty_and_norms(critic, x, *, kind, target, backend, axis_name):
     Returns:
       (scalar, (B_local,)) float32 (float64 for float64 input).
     """
-    converted, consts = jax.closure_convert(critic, x)
+    # A fresh lambda: closure_convert caches on its argument's hash, and many critics (Equinox
+    # modules, dataclasses holding arrays) are not hashable.
+    converted, consts = jax.closure_convert(lambda y: validation.call_critic(critic, y), x)
     try:
         return _mean_penalty(converted, kind, target, backend, axis_name, x, tuple(consts))
     except TypeError as err:

@@ -41,6 +41,18 @@ def rows_of(tree, what: str):
     return rows, batch
 
 
+def call_critic(critic, x):
+    """``critic(x)``; a failure inside the critic gets a note on what fastgp passed to it."""
+    try:
+        return critic(x)
+    except (TypeError, ValueError) as err:
+        shapes = jax.tree.map(lambda leaf: tuple(leaf.shape), x)
+        err.add_note(f"fastgp called the critic on the whole batch x of shape {shapes}; a "
+                     f"critic must map (B, ...) to scores of shape (B,) or (B, 1). A per-sample "
+                     f"model (an Equinox module, say) must be passed as jax.vmap(model).")
+        raise
+
+
 def check_same_structure(real, fake):
     """real and fake must have the same tree structure, shapes and dtypes."""
     if jax.tree.structure(real) != jax.tree.structure(fake):

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from fastgp import penalty
+from fastgp import penalty, reference
 
 KEY = jax.random.PRNGKey(0)
 critic = lambda x: jnp.sum(x, axis=1)
@@ -72,3 +72,33 @@ def test_traced_weight_is_allowed():
 def test_pallas_backend_on_a_cpu_lowering_says_what_to_use_instead():
     with pytest.raises(ValueError, match="backend=.pallas.*lowered for another platform.*.interpret."):
         jax.jit(lambda x: penalty.gradient_penalty(critic, x, backend="pallas"))(jnp.ones((2, 3)))
+
+
+def test_a_per_sample_critic_gets_a_note_naming_vmap():
+    """An Equinox-style critic written for one sample fails inside itself; fastgp says why."""
+    w = jnp.ones((5, 3))
+    per_sample = lambda s: jnp.sum(jnp.tanh(w @ s))       # (3,) -> ()
+    for second_order in ("reverse-over-forward", "reverse"):
+        with pytest.raises(TypeError) as err:
+            penalty.gradient_penalty(per_sample, jnp.ones((4, 3)), second_order=second_order)
+        assert any("jax.vmap(model)" in note for note in getattr(err.value, "__notes__", []))
+    assert penalty.gradient_penalty(jax.vmap(per_sample), jnp.ones((4, 3))).shape == ()
+
+
+def test_an_unhashable_critic_is_fine():
+    """Critics need not be hashable (Equinox modules and dataclasses holding arrays are not)."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Critic:
+        w: jax.Array
+
+        def __call__(self, x):
+            return jnp.tanh(x @ self.w)
+
+    x = jax.random.normal(KEY, (4, 3))
+    w = jnp.array([0.5, -1.0, 2.0])
+    ours = jax.grad(lambda w: penalty.gradient_penalty(Critic(w), x))(w)
+    naive = jax.grad(lambda w: reference.naive_gradient_penalty(Critic(w), x))(w)
+    assert float(jnp.max(jnp.abs(naive))) > 0
+    assert jnp.allclose(ours, naive, rtol=1e-5, atol=1e-7)

@@ -20,9 +20,8 @@ from flax.training import train_state
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fastgp import gradient_penalty, interpolate, naive_gradient_penalty
 from fastgp.distributed import global_mean
-from fastgp.penalty import gradient_penalty, interpolate
-from fastgp.reference import naive_gradient_penalty
 
 RTOL = 1e-5
 LEARNING_RATE = 0.05
@@ -44,7 +43,16 @@ def assert_close(ours, ref, rtol=RTOL):
 
 
 def batch(shape, seed, size=8):
-    return jax.random.normal(jax.random.PRNGKey(seed), (size,) + shape, jnp.float32)
+    return jnp.asarray(np.random.default_rng(seed).standard_normal((size,) + shape, np.float32))
+
+
+def sgd_step(after, before):
+    """The parameter change of one update, as numpy (no device ops to compile)."""
+    return jax.tree.map(lambda a, b: np.asarray(a) - np.asarray(b), after, before)
+
+
+def expected_sgd_step(grads):
+    return jax.tree.map(lambda g: -LEARNING_RATE * np.asarray(g), grads)
 
 
 # --- Flax NNX -----------------------------------------------------------------------------------
@@ -62,58 +70,37 @@ class NNXCritic(nnx.Module):
         return self.head(h.reshape(h.shape[0], -1))
 
 
-@nnx.jit(static_argnums=2)
-def nnx_penalty_value_and_grad(model, x_hat, penalty_fn):
-    def penalty_loss(model):
-        return penalty_fn(lambda x: model(x), x_hat)     # close over the module
-
-    return nnx.value_and_grad(penalty_loss)(model)
+def nnx_critic_loss(model, real, fake, key, penalty_fn=gradient_penalty):
+    critic = lambda x: model(x)                              # close over the module
+    x_hat = interpolate(key, real, fake)
+    wasserstein = critic(real).mean() - critic(fake).mean()
+    gp = penalty_fn(critic, x_hat)
+    return -wasserstein + gp, gp
 
 
 @nnx.jit
 def nnx_critic_step(model, optimizer, real, fake, key):
-    def loss_fn(model):
-        critic = lambda x: model(x)
-        x_hat = interpolate(key, real, fake)
-        wasserstein = critic(real).mean() - critic(fake).mean()
-        return -wasserstein + gradient_penalty(critic, x_hat)
-
-    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    (loss, gp), grads = nnx.value_and_grad(nnx_critic_loss, has_aux=True)(model, real, fake, key)
     optimizer.update(model, grads)
-    return loss
+    return loss, gp
 
 
-def test_nnx_module_penalty_and_gradients_equal_naive():
+def test_nnx_module_penalty_gradients_and_optimizer_step_equal_naive():
     model = NNXCritic(rngs=nnx.Rngs(0))
-    x_hat = batch(IMAGE, 1)
-    value, grads = nnx_penalty_value_and_grad(model, x_hat, gradient_penalty)
-    value_ref, grads_ref = nnx_penalty_value_and_grad(model, x_hat, naive_gradient_penalty)
-    np.testing.assert_allclose(value, value_ref, rtol=RTOL)
-    assert jax.tree.structure(grads) == jax.tree.structure(grads_ref)
-    assert_close(grads, grads_ref)
-
-
-def test_nnx_optimizer_step_equals_the_naive_update():
-    model = NNXCritic(rngs=nnx.Rngs(0))
-    optimizer = nnx.Optimizer(model, optax.sgd(LEARNING_RATE), wrt=nnx.Param)
     before = nnx.clone(model)
+    optimizer = nnx.Optimizer(model, optax.sgd(LEARNING_RATE), wrt=nnx.Param)
     real, fake, key = batch(IMAGE, 2), batch(IMAGE, 3), jax.random.PRNGKey(4)
 
-    def naive_loss(model):
-        critic = lambda x: model(x)
-        x_hat = interpolate(key, real, fake)
-        wasserstein = critic(real).mean() - critic(fake).mean()
-        return -wasserstein + naive_gradient_penalty(critic, x_hat)
+    loss, gp = nnx_critic_step(model, optimizer, real, fake, key)
+    naive_loss = functools.partial(nnx_critic_loss, penalty_fn=naive_gradient_penalty)
+    (loss_ref, gp_ref), grads_ref = nnx.jit(nnx.value_and_grad(naive_loss, has_aux=True))(
+        before, real, fake, key)
 
-    loss_ref, grads_ref = nnx.jit(nnx.value_and_grad(naive_loss))(before)
-    loss = nnx_critic_step(model, optimizer, real, fake, key)
-
+    np.testing.assert_allclose(gp, gp_ref, rtol=RTOL)
     np.testing.assert_allclose(loss, loss_ref, rtol=RTOL)
     assert int(optimizer.step[...]) == 1
-    params, params_before = nnx.state(model, nnx.Param), nnx.state(before, nnx.Param)
-    step, step_ref = (jax.tree.map(lambda a, b: a - b, params, params_before),
-                      jax.tree.map(lambda g: -LEARNING_RATE * g, grads_ref))
-    assert_close(step, step_ref)
+    assert_close(sgd_step(nnx.state(model, nnx.Param), nnx.state(before, nnx.Param)),
+                 expected_sgd_step(grads_ref))
 
 
 # --- Flax Linen with TrainState -----------------------------------------------------------------
@@ -143,7 +130,7 @@ def linen_critic_step(state, real, fake, key, penalty_fn=gradient_penalty):
 def test_linen_train_state_step_equals_naive():
     model = LinenCritic()
     real, fake, key = batch((FEATURES,), 2), batch((FEATURES,), 3), jax.random.PRNGKey(4)
-    params = model.init(jax.random.PRNGKey(0), real)["params"]
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), real)["params"]
     state = train_state.TrainState.create(apply_fn=model.apply, params=params,
                                           tx=optax.sgd(LEARNING_RATE))
 
@@ -155,8 +142,7 @@ def test_linen_train_state_step_equals_naive():
     np.testing.assert_allclose(loss, loss_ref, rtol=RTOL)
     assert_close(grads, grads_ref)
     assert int(new_state.step) == 1
-    assert_close(jax.tree.map(lambda a, b: a - b, new_state.params, state.params),
-                 jax.tree.map(lambda g: -LEARNING_RATE * g, grads_ref))
+    assert_close(sgd_step(new_state.params, state.params), expected_sgd_step(grads_ref))
 
 
 # --- Equinox ------------------------------------------------------------------------------------
@@ -181,50 +167,51 @@ def eqx_critic_loss(model, real, fake, key, penalty_fn=gradient_penalty):
     critic = jax.vmap(model)                                 # per-sample module -> (B,) scores
     x_hat = interpolate(key, real, fake)
     wasserstein = critic(real).mean() - critic(fake).mean()
-    return -wasserstein + penalty_fn(critic, x_hat)
+    gp = penalty_fn(critic, x_hat)
+    return -wasserstein + gp, gp
+
+
+EQX_OPTIMIZER = optax.sgd(LEARNING_RATE)
 
 
 @eqx.filter_jit
-def eqx_critic_step(model, opt_state, optimizer, real, fake, key):
-    loss, grads = eqx.filter_value_and_grad(eqx_critic_loss)(model, real, fake, key)
-    updates, opt_state = optimizer.update(grads, opt_state, eqx.filter(model, eqx.is_array))
-    return eqx.apply_updates(model, updates), opt_state, loss
+def eqx_critic_step(model, opt_state, real, fake, key):
+    (loss, gp), grads = eqx.filter_value_and_grad(eqx_critic_loss, has_aux=True)(
+        model, real, fake, key)
+    updates, opt_state = EQX_OPTIMIZER.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+    return eqx.apply_updates(model, updates), opt_state, loss, gp
 
 
-def test_equinox_vmapped_module_penalty_and_gradients_equal_naive():
-    model = EqxCritic(jax.random.PRNGKey(0))
-    x_hat = batch((FEATURES,), 1)
-    value, grads = eqx.filter_jit(eqx.filter_value_and_grad(
-        lambda m: gradient_penalty(jax.vmap(m), x_hat)))(model)
-    value_ref, grads_ref = eqx.filter_jit(eqx.filter_value_and_grad(
-        lambda m: naive_gradient_penalty(jax.vmap(m), x_hat)))(model)
-    np.testing.assert_allclose(value, value_ref, rtol=RTOL)
-    assert_close(grads, grads_ref)
+@pytest.fixture(scope="module")
+def eqx_critic():
+    return EqxCritic(jax.random.PRNGKey(0))
 
 
-def test_equinox_optax_step_equals_the_naive_update():
-    model = EqxCritic(jax.random.PRNGKey(0))
-    optimizer = optax.sgd(LEARNING_RATE)
-    opt_state = optimizer.init(eqx.filter(model, eqx.is_array))
+def test_equinox_vmapped_module_penalty_gradients_and_step_equal_naive(eqx_critic):
+    model = eqx_critic
+    opt_state = EQX_OPTIMIZER.init(eqx.filter(model, eqx.is_array))
     real, fake, key = batch((FEATURES,), 2), batch((FEATURES,), 3), jax.random.PRNGKey(4)
 
-    new_model, _, loss = eqx_critic_step(model, opt_state, optimizer, real, fake, key)
+    new_model, _, loss, gp = eqx_critic_step(model, opt_state, real, fake, key)
     naive_loss = functools.partial(eqx_critic_loss, penalty_fn=naive_gradient_penalty)
-    loss_ref, grads_ref = eqx.filter_jit(eqx.filter_value_and_grad(naive_loss))(
-        model, real, fake, key)
+    (loss_ref, gp_ref), grads_ref = eqx.filter_jit(
+        eqx.filter_value_and_grad(naive_loss, has_aux=True))(model, real, fake, key)
 
+    np.testing.assert_allclose(gp, gp_ref, rtol=RTOL)
     np.testing.assert_allclose(loss, loss_ref, rtol=RTOL)
-    step = jax.tree.map(lambda a, b: a - b, eqx.filter(new_model, eqx.is_array),
-                        eqx.filter(model, eqx.is_array))
-    assert_close(step, jax.tree.map(lambda g: -LEARNING_RATE * g, grads_ref))
+    assert_close(sgd_step(eqx.filter(new_model, eqx.is_array), eqx.filter(model, eqx.is_array)),
+                 expected_sgd_step(grads_ref))
 
 
-def test_equinox_module_without_vmap_is_an_error_not_a_wrong_penalty():
-    """The per-sample module applied to a whole batch cannot give (B,) scores: it must raise."""
-    model = EqxCritic(jax.random.PRNGKey(0))
+def test_equinox_module_without_vmap_is_an_error_not_a_wrong_penalty(eqx_critic):
+    """The per-sample module applied to a whole batch cannot give (B,) scores: it must raise,
+    whether passed as it is, wrapped in a lambda, or differentiated over."""
+    model = eqx_critic
     x_hat = batch((FEATURES,), 1)
     with pytest.raises(TypeError):
         gradient_penalty(model, x_hat)
+    with pytest.raises(TypeError):
+        gradient_penalty(lambda x: model(x), x_hat)
     with pytest.raises(TypeError):
         eqx.filter_value_and_grad(lambda m: gradient_penalty(m, x_hat))(model)
 
@@ -236,14 +223,19 @@ def mlp_critic(params, x):
     return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"]
 
 
-def mlp_params(key):
-    k1, k2 = jax.random.split(key)
-    return {"w1": jax.random.normal(k1, (FEATURES, 16)) * 0.6, "b1": jnp.zeros(16),
-            "w2": jax.random.normal(k2, (16,)) * 0.5}
+def mlp_params(seed=0):
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(jnp.asarray, {
+        "w1": rng.standard_normal((FEATURES, 16), np.float32) * np.float32(0.6),
+        "b1": np.zeros(16, np.float32),
+        "w2": rng.standard_normal(16, np.float32) * np.float32(0.5)})
 
 
-def sharded_critic_step(params, real, fake, key):
-    """Inside shard_map: real/fake are this shard's rows, params and key are replicated."""
+SHARDED_OPTIMIZER = optax.sgd(LEARNING_RATE)
+
+
+def sharded_critic_step(params, opt_state, real, fake, key):
+    """Inside shard_map: real/fake are this shard's rows; params, opt_state, key are replicated."""
     def loss_fn(p):
         critic = lambda x: mlp_critic(p, x)
         x_hat = interpolate(key, real, fake, axis_name="data")
@@ -252,7 +244,8 @@ def sharded_critic_step(params, real, fake, key):
         return -wasserstein + gp, gp
 
     (loss, gp), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    return loss, gp, grads
+    updates, opt_state = SHARDED_OPTIMIZER.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss, gp, grads
 
 
 def single_device_naive_step(params, real, fake, key):
@@ -269,24 +262,27 @@ def single_device_naive_step(params, real, fake, key):
 
 def test_shard_map_data_parallel_step_equals_one_device_naive():
     mesh = jax.make_mesh((4,), ("data",))
-    params = mlp_params(jax.random.PRNGKey(0))
+    data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     real, fake, key = batch((FEATURES,), 2, 16), batch((FEATURES,), 3, 16), jax.random.PRNGKey(4)
-    data = NamedSharding(mesh, P("data"))
+    params = jax.device_put(mlp_params(), replicated)
+    opt_state = jax.device_put(SHARDED_OPTIMIZER.init(params), replicated)
     step = jax.jit(jax.shard_map(sharded_critic_step, mesh=mesh,
-                                 in_specs=(P(), P("data"), P("data"), P()),
+                                 in_specs=(P(), P(), P("data"), P("data"), P()),
                                  out_specs=P(), check_vma=True))
 
-    loss, gp, grads = step(params, jax.device_put(real, data), jax.device_put(fake, data), key)
-    loss_ref, gp_ref, grads_ref = jax.jit(single_device_naive_step)(params, real, fake, key)
+    new_params, _, loss, gp, grads = step(params, opt_state, jax.device_put(real, data),
+                                          jax.device_put(fake, data), key)
+    loss_ref, gp_ref, grads_ref = jax.jit(single_device_naive_step)(mlp_params(), real, fake, key)
 
     np.testing.assert_allclose(gp, gp_ref, rtol=RTOL)
     np.testing.assert_allclose(loss, loss_ref, rtol=RTOL)
     assert_close(grads, grads_ref)
+    assert_close(sgd_step(new_params, params), expected_sgd_step(grads_ref))
 
 
 def test_shard_map_without_axis_name_is_a_value_error():
     mesh = jax.make_mesh((4,), ("data",))
-    params = mlp_params(jax.random.PRNGKey(0))
+    params = mlp_params()
     x = batch((FEATURES,), 2, 16)
 
     def forgot_axis_name(params, x):
