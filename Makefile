@@ -18,10 +18,10 @@ train: $(STAMP)
 	JAX_PLATFORMS=cpu $(VENV)/bin/fastgp train --out runs/$$(date +%Y%m%d-%H%M%S)
 
 bench: $(STAMP)
+	mkdir -p benchmarks/results
 	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) -m pytest benchmarks -q --benchmark-only \
 		--benchmark-json benchmarks/results/bench.json
 	JAX_PLATFORMS=cpu $(PY) benchmarks/report.py
-	JAX_PLATFORMS=cpu $(PY) benchmarks/traffic_table.py > /dev/null
 
 tpu-compile: $(STAMP)
 	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/tpu_compile.py

@@ -5,9 +5,9 @@
 
 Per group: median and interquartile range of one call, and the ratio of medians to the group's
 baseline (the benchmark whose ``extra_info["baseline"]`` is true: the naive path, or the plain
-critic step where the floor is the reference). ``lazy:*`` rows are 16 critic steps (dispatched from Python) per call and
-also show the per-step time. ``paired:*`` groups time three steps interleaved; their table gives
-per-path medians and the median of per-round ratios.
+critic step where the floor is the reference). ``lazy:*`` rows are 16 critic steps (dispatched
+from Python) per call and also show the per-step time. Paired groups time their paths
+interleaved; their tables give per-path medians and the median of per-round ratios.
 """
 
 import json
@@ -16,11 +16,10 @@ import sys
 
 HERE = pathlib.Path(__file__).parent
 RESULTS = HERE / "results"
-ORDER = ["penalty", "step", "second-order", "lazy", "remat", "smoke"]
+ORDER = ["penalty", "step", "lazy", "remat", "smoke"]
 TITLES = {
     "penalty": "Penalty value_and_grad wrt g on precomputed gradients (naive jnp vs fastgp XLA)",
-    "step": "Whole critic step: plain (no penalty, the floor) / naive / fastgp (ratio to naive)",
-    "second-order": "Second-order strategy, one critic step (ratio to the plain step)",
+    "step": "Whole critic step: plain (no penalty, the floor), naive, fastgp (ratio to naive)",
     "lazy": "Lazy regularisation, 16 critic steps per call from Python (ratio to 16 plain steps)",
     "remat": "Rematerialisation of the critic inside the penalty (ratio to naive)",
     "smoke": "Smoke only (Pallas interpret mode on CPU; not a speed claim)",
@@ -131,6 +130,25 @@ def render_penalty_summary(groups):
     return lines + [""]
 
 
+def render_step_summary(groups):
+    """One row per critic: medians of each path and fastgp's ratios to naive and to plain."""
+    lines = ["| critic (batch) | plain | naive | fastgp | fastgp reverse | fastgp / naive "
+             "| fastgp / plain | fastgp reverse / naive | naive / plain |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for group in sorted(g for g in groups if kind_of(g) == "step"):
+        info = groups[group][0]["extra_info"]
+        m = info["median_s"]
+        if not {"plain", "naive", "fastgp", "fastgp reverse"} <= m.keys():
+            continue
+        lines.append(
+            f"| {group.split(':', 1)[1]} ({info.get('batch', '?')}) | {fmt_time(m['plain'])} "
+            f"| {fmt_time(m['naive'])} | {fmt_time(m['fastgp'])} "
+            f"| {fmt_time(m['fastgp reverse'])} | {m['fastgp'] / m['naive']:.3f}x "
+            f"| {m['fastgp'] / m['plain']:.3f}x | {m['fastgp reverse'] / m['naive']:.3f}x "
+            f"| {m['naive'] / m['plain']:.3f}x |")
+    return lines + [""]
+
+
 def render(data, groups):
     m = data.get("machine_info", {})
     cpu = m.get("cpu", {})
@@ -143,6 +161,9 @@ def render(data, groups):
         "within this one run. `load` is the 1-minute load average when the benchmark started "
         "(other processes share these cores).",
         "",
+        "## Summary: whole critic steps (ratios of medians)",
+        "",
+        *render_step_summary(groups),
         "## Summary: penalty on precomputed gradients",
         "",
         *render_penalty_summary(groups),
@@ -163,13 +184,12 @@ def plot(groups, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    critic_groups = [g for k in ("step", "second-order", "lazy", "remat") for g in sorted(groups)
+    critic_groups = [g for k in ("step", "lazy", "remat") for g in sorted(groups)
                      if kind_of(g) == k]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, max(5, 0.32 * sum(
         len(groups[g]) for g in critic_groups))))
     labels, ratios, colors = [], [], []
-    palette = {"step": "tab:blue", "second-order": "tab:orange", "lazy": "tab:green",
-               "remat": "tab:red"}
+    palette = {"step": "tab:blue", "lazy": "tab:green", "remat": "tab:red"}
     for g in critic_groups:
         bench = groups[g][0]
         rows = (paired_rows(bench) if bench["extra_info"].get("path") == "paired"

@@ -1,15 +1,13 @@
-"""Second-order strategies, lazy regularisation and rematerialisation inside the penalty.
+"""Lazy regularisation and rematerialisation inside the penalty.
 
 Every group times its paths interleaved round by round (see ``conftest.paired``):
 
-``second-order:<critic>``  one critic step: plain (floor), reverse-over-reverse (fastgp default),
-                           forward-over-reverse (``fastgp.strategies``, ``second_order="forward"``).
-``lazy:<critic>``          16 critic steps dispatched from Python (per-step time = call / 16):
-                           plain, penalty every step, every 4 and every 16 steps (weight x k;
-                           the penalised or plain jitted step chosen in Python, see
-                           ``workloads.run_steps`` for why not ``lax.cond`` on CPU).
-``remat:<critic>``         one critic step: naive, fastgp, fastgp with the critic under
-                           ``jax.checkpoint`` (nothing_saveable / dots_with_no_batch_dims_saveable).
+``lazy:<critic>``   16 critic steps dispatched from Python (per-step time = call / 16): plain,
+                    penalty every step, every 4 and every 16 steps (weight x k; the penalised or
+                    plain jitted step chosen in Python, see ``workloads.run_steps`` for why not
+                    ``lax.cond`` on CPU).
+``remat:<critic>``  one critic step: naive, fastgp, fastgp with the critic under
+                    ``jax.checkpoint`` (``remat="nothing"`` / ``"dots"``).
 """
 
 import jax
@@ -17,25 +15,13 @@ import pytest
 
 import workloads as W
 
-ROUNDS = {"mlp2": 15, "mlp3072": 8, "dcgan32": 8}
+ROUNDS = {"mlp2": 15, "mlp3072": 8, "dcgan32": 8, "dcgan32-nhwc": 8}
 LAZY_STEPS = 16
-LAZY_ROUNDS = {"mlp2": 8, "mlp3072": 8, "dcgan32": 4}
+LAZY_ROUNDS = {"mlp2": 8, "mlp3072": 8, "dcgan32": 4, "dcgan32-nhwc": 4}
 
 
 def blocking(fn, args):
     return lambda: jax.block_until_ready(fn(*args))
-
-
-def steps(spec, variants, args):
-    return {name: blocking(jax.jit(W.critic_step(spec, v)), args) for name, v in variants.items()}
-
-
-@pytest.mark.parametrize("critic", list(W.CRITICS))
-def test_second_order(paired, critic):
-    spec = W.CRITICS[critic]
-    paths = steps(spec, {"plain": "plain", "reverse-over-reverse": "fastgp",
-                         "forward-over-reverse": "fastgp-fwd"}, W.inputs(spec))
-    paired(paths, group=f"second-order:{critic}", baseline="plain", rounds=ROUNDS[critic])
 
 
 @pytest.mark.parametrize("critic", list(W.CRITICS))
@@ -53,6 +39,7 @@ def test_lazy(paired, critic):
 @pytest.mark.parametrize("critic", list(W.CRITICS))
 def test_remat(paired, critic):
     spec = W.CRITICS[critic]
-    paths = steps(spec, {v: v for v in ["naive", "fastgp", "fastgp-remat", "fastgp-dots"]},
-                  W.inputs(spec))
+    args = W.inputs(spec)
+    paths = {v: blocking(jax.jit(W.critic_step(spec, v)), args)
+             for v in ["naive", "fastgp", "fastgp-remat", "fastgp-dots"]}
     paired(paths, group=f"remat:{critic}", baseline="naive", rounds=ROUNDS[critic])

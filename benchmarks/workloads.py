@@ -1,22 +1,23 @@
 """Benchmark workloads shared by the pytest-benchmark suites and the TPU compile script.
 
-    CRITICS[name]                 -> CriticSpec (model, batch, input shape)
-    critic_step(spec, variant)    -> step(params, opt_state, real, fake, key) -> (params, opt, loss)
-    lazy_steps(spec, every, n)    -> n critic steps from Python, the penalty every ``every`` steps
-    run_steps(steps, schedule)    -> jitted steps dispatched from Python, chaining the state
-    penalty_vjp(path)             -> f(g) = value_and_grad of the penalty on gradients wrt g
-    inputs(spec, dtype)           -> (params, opt_state, real, fake, key) concrete arrays
+    CRITICS[name], TPU_CRITICS[name] -> CriticSpec (model, batch, per-sample shape, dtype)
+    critic_step(spec, variant)       -> step(params, opt_state, real, fake, key) -> (params, opt, loss)
+    lazy_steps(spec, every, n)       -> n critic steps from Python, the penalty every ``every`` steps
+    run_steps(steps, schedule)       -> jitted steps dispatched from Python, chaining the state
+    penalty_vjp(path)                -> f(g) = value_and_grad of the penalty on gradients wrt g
+    inputs(spec)                     -> (params, opt_state, real, fake, key) concrete arrays
 
-Variants of the penalty inside a critic step:
+Variants of the penalty inside a critic step (``fastgp.penalty.gradient_penalty`` unless naive):
 
-    plain          critic loss only (the floor: what a step costs with no penalty)
-    naive          fastgp.reference.naive_gradient_penalty (nested jax.grad, plain jnp)
-    fastgp         fastgp.penalty.gradient_penalty(backend="auto")
-    fastgp-xla     fastgp.penalty.gradient_penalty(backend="xla") (the XLA path, also on TPU)
-    fastgp-fwd     fastgp.strategies, second_order="forward"
-    fastgp-remat   fastgp.strategies, remat="nothing"
-    fastgp-dots    fastgp.strategies, remat="dots"
-    naive-remat    the naive penalty with the critic under jax.checkpoint(nothing_saveable)
+    plain           critic loss only (the floor: what a step costs with no penalty)
+    naive           fastgp.reference.naive_gradient_penalty (nested jax.grad, plain jnp)
+    fastgp          the default: backend="auto", second_order="reverse-over-forward"
+    fastgp-xla      backend="xla" (the plain jnp reduction, also on TPU)
+    fastgp-pallas   backend="pallas" (the kernels on every leaf)
+    fastgp-reverse  second_order="reverse" (nested reverse mode)
+    fastgp-remat    remat="nothing"
+    fastgp-dots     remat="dots"
+    naive-remat     the naive penalty with the critic under jax.checkpoint(nothing_saveable)
 """
 
 import functools
@@ -28,21 +29,31 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from fastgp import penalty, reference, strategies
+from fastgp import penalty, reference
 from fastgp.train.models import Model, mlp
 
 GP_WEIGHT = 10.0
-VARIANTS = ("plain", "naive", "fastgp", "fastgp-xla", "fastgp-fwd", "fastgp-remat", "fastgp-dots",
-            "naive-remat")
+VARIANTS = ("plain", "naive", "fastgp", "fastgp-xla", "fastgp-pallas", "fastgp-reverse",
+            "fastgp-remat", "fastgp-dots", "naive-remat")
+OPTIONS = {
+    "fastgp": {},
+    "fastgp-xla": dict(backend="xla"),
+    "fastgp-pallas": dict(backend="pallas"),
+    "fastgp-reverse": dict(second_order="reverse"),
+    "fastgp-remat": dict(remat="nothing"),
+    "fastgp-dots": dict(remat="dots"),
+}
 
 
-def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3) -> Model:
-    """DCGAN critic without batch norm: 4x4 stride-2 convs (c, 2c, 4c), LeakyReLU 0.2, dense -> (B,).
-
-    ``image`` 32 gives 32 -> 16 -> 8 -> 4; ``image`` 64 adds a fourth conv (8c) to end at 4x4.
-    """
-    dn = ("NCHW", "OIHW", "NCHW")
-    layers = int(math.log2(image // 4))
+def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3,
+                 layout: str = "NCHW", layers: int | None = None) -> Model:
+    """DCGAN critic without batch norm: 4x4 stride-2 convs (c, 2c, 4c, ...), LeakyReLU 0.2,
+    dense -> (B,). By default enough convs to reach 4x4 (32 -> 16 -> 8 -> 4; 64 adds an 8c conv).
+    ``layout`` "NCHW" (OIHW kernels) or "NHWC" (HWIO kernels)."""
+    nchw = layout == "NCHW"
+    dn = ("NCHW", "OIHW", "NCHW") if nchw else ("NHWC", "HWIO", "NHWC")
+    layers = layers or int(math.log2(image // 4))
+    side = image >> layers
     widths = [in_channels] + [channels * 2 ** i for i in range(layers)]
 
     def init(key):
@@ -50,9 +61,10 @@ def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3) -> M
         params = []
         for k, c_in, c_out in zip(keys, widths[:-1], widths[1:]):
             std = math.sqrt(2.0 / (c_in * 16))
-            params.append({"w": std * jax.random.normal(k, (c_out, c_in, 4, 4), jnp.float32),
+            shape = (c_out, c_in, 4, 4) if nchw else (4, 4, c_in, c_out)
+            params.append({"w": std * jax.random.normal(k, shape, jnp.float32),
                            "b": jnp.zeros((c_out,), jnp.float32)})
-        fan_in = widths[-1] * 16
+        fan_in = widths[-1] * side * side
         params.append({"w": jax.random.normal(keys[-1], (fan_in, 1)) / math.sqrt(fan_in),
                        "b": jnp.zeros((1,), jnp.float32)})
         return params
@@ -63,7 +75,8 @@ def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3) -> M
         for layer in p[:-1]:
             h = lax.conv_general_dilated(h, layer["w"], (2, 2), ((1, 1), (1, 1)),
                                          dimension_numbers=dn)
-            h = jax.nn.leaky_relu(h + layer["b"][None, :, None, None], 0.2)
+            bias = layer["b"][None, :, None, None] if nchw else layer["b"]
+            h = jax.nn.leaky_relu(h + bias, 0.2)
         h = h.reshape(h.shape[0], -1)
         return (h @ p[-1]["w"] + p[-1]["b"])[:, 0].astype(jnp.float32)
 
@@ -75,12 +88,21 @@ class CriticSpec(NamedTuple):
     model: Model
     batch: int
     shape: tuple  # per-sample input shape
+    dtype: object = jnp.float32  # inputs and computation; parameters stay float32
 
 
 CRITICS = {
     "mlp2": CriticSpec("mlp2", mlp([2, 512, 512, 512, 1]), 256, (2,)),
     "mlp3072": CriticSpec("mlp3072", mlp([3072, 512, 512, 512, 1]), 256, (3072,)),
     "dcgan32": CriticSpec("dcgan32", dcgan_critic(32, 32), 32, (3, 32, 32)),
+    "dcgan32-nhwc": CriticSpec("dcgan32-nhwc", dcgan_critic(32, 32, layout="NHWC"), 32,
+                               (32, 32, 3)),
+}
+TPU_CRITICS = {
+    "mlp3072": CRITICS["mlp3072"],
+    "dcgan32": CRITICS["dcgan32"],
+    "dcgan64-bf16": CriticSpec("dcgan64-bf16", dcgan_critic(16, 64, layers=3), 32, (3, 64, 64),
+                               jnp.bfloat16),
 }
 
 
@@ -91,25 +113,18 @@ def optimizer():
 def _penalty(variant, critic, x_hat, weight, axis_name=None):
     if variant in ("naive", "naive-remat"):
         if variant == "naive-remat":
-            critic = strategies.remat_critic(critic, "nothing")
+            critic = penalty.remat_critic(critic, "nothing")
         value = reference.naive_gradient_penalty(critic, x_hat, weight=weight)
         # equal shards: the mean of per-shard means is the global mean
         return value if axis_name is None else lax.pmean(value, axis_name)
-    if variant in ("fastgp", "fastgp-xla"):
-        backend = "xla" if variant == "fastgp-xla" else "auto"
-        return penalty.gradient_penalty(critic, x_hat, weight=weight, backend=backend,
-                                        axis_name=axis_name)
-    options = {"fastgp-fwd": dict(second_order="forward"),
-               "fastgp-remat": dict(remat="nothing"),
-               "fastgp-dots": dict(remat="dots")}[variant]
-    return strategies.gradient_penalty(critic, x_hat, weight=weight, backend="auto",
-                                       axis_name=axis_name, **options)
+    return penalty.gradient_penalty(critic, x_hat, weight=weight, axis_name=axis_name,
+                                    **OPTIONS[variant])
 
 
 def critic_loss(spec, variant, params, real, fake, key, weight=GP_WEIGHT, apply_gp=True,
-                axis_name=None, dtype=jnp.float32):
+                axis_name=None):
     """mean D(fake) - mean D(real) (+ the penalty at interpolates, unless ``variant == "plain"``)."""
-    critic = functools.partial(spec.model.apply, params, dtype=dtype)
+    critic = functools.partial(spec.model.apply, params, dtype=spec.dtype)
 
     def mean(v):
         total = jnp.sum(v)
@@ -125,14 +140,13 @@ def critic_loss(spec, variant, params, real, fake, key, weight=GP_WEIGHT, apply_
     return loss + _penalty(variant, critic, x_hat, weight, axis_name)
 
 
-def critic_step(spec, variant, *, axis_name=None, dtype=jnp.float32):
+def critic_step(spec, variant, *, axis_name=None):
     """One critic update (value_and_grad wrt params + Adam), unjitted."""
     opt = optimizer()
 
     def step(params, opt_state, real, fake, key):
         loss, grads = jax.value_and_grad(
-            lambda p: critic_loss(spec, variant, p, real, fake, key, axis_name=axis_name,
-                                  dtype=dtype))(params)
+            lambda p: critic_loss(spec, variant, p, real, fake, key, axis_name=axis_name))(params)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -175,12 +189,12 @@ def lazy_steps(spec, every, n):
     return run_steps([step(False), step(True)], [int(i % every == 0) for i in range(n)])
 
 
-def inputs(spec, dtype=jnp.float32, seed=0):
+def inputs(spec, seed=0):
     k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(seed), 4)
     params = spec.model.init(k1)
     shape = (spec.batch,) + tuple(spec.shape)
-    real = jax.random.normal(k2, shape, jnp.float32).astype(dtype)
-    fake = jax.random.normal(k3, shape, jnp.float32).astype(dtype)
+    real = jax.random.normal(k2, shape, jnp.float32).astype(spec.dtype)
+    fake = jax.random.normal(k3, shape, jnp.float32).astype(spec.dtype)
     return params, optimizer().init(params), real, fake, k4
 
 

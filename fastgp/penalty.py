@@ -33,9 +33,9 @@ def per_sample_penalties(grads, *, kind="wgan-gp", target=1.0, backend="auto"):
     validation.check_kind(kind)
     validation.check_backend(backend)
     target = validation.check_target(target)
-    rows, _ = validation.rows_of(grads, "grads")
+    leaves, _ = validation.leaves_of(grads, "grads")
     validation.check_backend_on_data(backend, grads)
-    return norms_and_penalties(rows, kind, target, backend)
+    return norms_and_penalties(leaves, kind, target, backend)
 
 
 def grad_norms(grads, *, backend="auto"):
@@ -67,7 +67,7 @@ def penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIG
 
 def input_gradients(critic, x):
     """(scores (B,), d sum(scores) / dx) for a per-sample critic; gradients share x's structure."""
-    _, batch = validation.rows_of(x, "x")
+    _, batch = validation.leaves_of(x, "x")
     scores, pullback = jax.vjp(lambda y: validation.call_critic(critic, y), x)
     flat = validation.check_scores(scores, batch)
     (grads,) = pullback(jnp.ones_like(scores))
@@ -92,7 +92,7 @@ def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=
     validation.check_choice("second_order", second_order, SECOND_ORDER)
     target = validation.check_target(target)
     weight = validation.check_weight(weight)
-    validation.rows_of(x, "x")
+    validation.leaves_of(x, "x")
     require_axis_name(x, axis_name, "x")
     validation.check_backend_on_data(backend, x)
     critic = remat_critic(critic, remat)
@@ -144,7 +144,7 @@ def interpolate(key, real, fake, *, axis_name=None):
     """
     validation.check_same_structure(real, fake)
     validation.check_axis_name(axis_name)
-    _, batch = validation.rows_of(real, "real")
+    _, batch = validation.leaves_of(real, "real")
     require_axis_name((real, fake), axis_name, "real/fake",
                       "every shard would draw the same alphas from the same key")
     shards = shard_count(axis_name)

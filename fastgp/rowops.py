@@ -1,9 +1,11 @@
-"""Per-sample norms and penalties of input-gradient rows: a Pallas forward with an exact jnp JVP.
+"""Per-sample norms and penalties of input-gradient leaves: a Pallas forward with an exact jnp JVP.
 
-    norms_and_penalties(rows, kind, target, backend) -> (norm (B,), penalty (B,))
+    norms_and_penalties(leaves, kind, target, backend) -> (norm (B,), penalty (B,))
 
-The forward is the fused stats kernel of ``backend`` (one read of every row, float32
-accumulation). The derivative is a ``custom_jvp`` written in plain ``jnp``:
+``leaves`` are the input-gradient's leaves, each (B, ...) in its own shape. The forward
+sums squares per sample with ``backend`` (one read of every leaf, in its own layout, float32
+accumulation; see ``fastgp.backends``), then takes the norm and the penalty in jnp. The derivative
+is a ``custom_jvp`` written in plain ``jnp``:
 
     dn_b = <g_b, dg_b> / n_b        dp_b = p'(n_b) dn_b
 
@@ -15,12 +17,13 @@ parameter gradient finite for dead or flat critics.
 """
 
 import functools
+import operator
 
 import jax
 import jax.numpy as jnp
 
-from fastgp.backends import NORM_ROW, PENALTY_ROW, resolve_for
-from fastgp.kernels import penalty_slope
+from fastgp.backends import resolve_for
+from fastgp.kernels import penalty_of_norm, penalty_slope
 
 
 def _tiny(dtype):
@@ -41,19 +44,19 @@ def row_scale(norm, ct_norm, ct_penalty, kind, target):
     return (ct_norm + ct_penalty * penalty_slope(norm, kind, target)) * safe_inverse(norm)
 
 
-def row_dots(rows, other_rows):
+def row_dots(leaves, other_leaves):
     """(B,) per-sample dot products over all leaves, accumulated in float32 (float64 for f64)."""
-    dtype = jnp.result_type(jnp.float32, *(r.dtype for r in rows))
-    return sum(jnp.sum(a.astype(dtype) * b.astype(dtype), axis=1)
-               for a, b in zip(rows, other_rows))
+    dtype = jnp.result_type(jnp.float32, *(leaf.dtype for leaf in leaves))
+    return sum(jnp.sum(a.astype(dtype) * b.astype(dtype), axis=tuple(range(1, a.ndim)))
+               for a, b in zip(leaves, other_leaves))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
-def norms_and_penalties(rows, kind, target, backend):
+def norms_and_penalties(leaves, kind, target, backend):
     """Per-sample L2 norms over all leaves and the per-sample penalty of ``kind``.
 
     Args:
-      rows: tuple of (B, D_i) float arrays (bf16/f16/f32, or f64 on XLA); sums accumulate in
+      leaves: tuple of (B, ...) float arrays (bf16/f16/f32, or f64 on XLA); sums accumulate in
         float32 (float64 for float64 input).
       kind, target: penalty kind and relative target (static).
       backend: backend name (see ``fastgp.backends``).
@@ -61,19 +64,17 @@ def norms_and_penalties(rows, kind, target, backend):
     Returns:
       (norm, penalty), each (B,) float32 (float64 for float64 input).
     """
-    ops = resolve_for(backend, *rows)
-    carry = None
-    for leaf in rows[:-1]:
-        carry = ops.stats(leaf, carry)
-    stats = ops.stats(rows[-1], carry, kind=kind, target=target)
-    return stats[NORM_ROW], stats[PENALTY_ROW]
+    sumsq = resolve_for(backend, *leaves)
+    total = functools.reduce(operator.add, (sumsq(leaf) for leaf in leaves))
+    norm = jnp.sqrt(total)
+    return norm, penalty_of_norm(total, norm, kind, target)
 
 
 @norms_and_penalties.defjvp
 def _norms_and_penalties_jvp(kind, target, backend, primals, tangents):
-    (rows,), (row_tangents,) = primals, tangents
-    norm, penalty = norms_and_penalties(rows, kind, target, backend)
-    d_norm = row_dots(rows, row_tangents) * safe_inverse(norm)
+    (leaves,), (leaf_tangents,) = primals, tangents
+    norm, penalty = norms_and_penalties(leaves, kind, target, backend)
+    d_norm = row_dots(leaves, leaf_tangents) * safe_inverse(norm)
     d_penalty = penalty_slope(norm, kind, target) * d_norm
     return (norm, penalty), (d_norm, d_penalty)
 

@@ -53,7 +53,7 @@ def mean_penalty_and_norms(critic, x, *, kind, target, backend, axis_name):
 
 def _input_gradients(converted, x, consts):
     """(grads of Σ scores w.r.t. x, in x's structure) for the closure-converted critic."""
-    _, batch = validation.rows_of(x, "x")
+    _, batch = validation.leaves_of(x, "x")
     scores, pullback = jax.vjp(lambda y: converted(y, *consts), x)
     validation.check_scores(scores, batch)
     (grads,) = pullback(jnp.ones_like(scores))
@@ -62,8 +62,8 @@ def _input_gradients(converted, x, consts):
 
 def _forward(converted, kind, target, backend, axis_name, x, consts):
     grads = _input_gradients(converted, x, consts)
-    rows, _ = validation.rows_of(grads, "grads")
-    norms, penalties = norms_and_penalties(rows, kind, target, backend)
+    leaves, _ = validation.leaves_of(grads, "grads")
+    norms, penalties = norms_and_penalties(leaves, kind, target, backend)
     return global_mean(penalties, axis_name), norms, grads
 
 

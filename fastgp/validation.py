@@ -5,7 +5,6 @@ import numbers
 
 import jax
 import jax.numpy as jnp
-from einops import rearrange
 
 from fastgp.backends import BACKENDS
 from fastgp.distributed import varying_axes
@@ -13,8 +12,10 @@ from fastgp.interpret_mode import check_backend_for_manual_axes
 from fastgp.kernels import KINDS
 
 
-def rows_of(tree, what: str):
-    """Flatten a pytree of (B, ...) float arrays into a tuple of (B, D_i) views and return B."""
+def leaves_of(tree, what: str):
+    """The leaves of a pytree of (B, ...) float arrays, as a tuple in their own shapes, and B.
+
+    Leaves are not reshaped: a kernel reads each in its own layout (see ``fastgp.backends``)."""
     leaves = jax.tree.leaves(tree)
     if not leaves:
         raise ValueError(f"{what} is an empty pytree; expected at least one (B, ...) array")
@@ -37,8 +38,7 @@ def rows_of(tree, what: str):
         elif leaf.shape[0] != batch:
             raise ValueError(f"{name} has batch size {leaf.shape[0]} but earlier leaves have "
                              f"{batch}; every leaf must share the leading batch axis")
-    rows = tuple(rearrange(leaf, "b ... -> b (...)") for leaf in leaves)
-    return rows, batch
+    return tuple(leaves), batch
 
 
 def call_critic(critic, x):

@@ -1,21 +1,21 @@
-"""Pallas kernels for per-sample gradient norms and penalties (installed as ``fastgp.kernels``).
+"""Pallas kernels for per-sample gradient sums of squares (installed as ``fastgp.kernels``).
 
 Kernels only: no dispatch policy, no validation beyond what a kernel needs. The public API lives in
-``fastgp.penalty``.
+``fastgp.penalty``; ``penalty_math`` is the per-sample penalty as a function of the norm.
 """
 
 from .penalty_math import KINDS, penalty_of_norm, penalty_slope
-from .penalty_tpu import row_dot, row_stats, scale_rows
-from .tiling import Blocks, choose_blocks, generation_budget
+from .penalty_tpu import lane_sumsq, row_sumsq
+from .tiling import Blocks, generation_budget, lane_blocks, row_blocks
 
 __all__ = [
     "KINDS",
     "Blocks",
-    "choose_blocks",
     "generation_budget",
+    "lane_blocks",
+    "lane_sumsq",
     "penalty_of_norm",
     "penalty_slope",
-    "row_dot",
-    "row_stats",
-    "scale_rows",
+    "row_blocks",
+    "row_sumsq",
 ]

@@ -1,7 +1,7 @@
-"""The per-sample penalty as a function of the input-gradient norm, shared by kernels and XLA path.
+"""The per-sample penalty as a function of the input-gradient norm, and its slope.
 
-Written with plain ``jnp`` so it runs both inside a Pallas kernel body and in ordinary JAX code.
-All inputs and outputs are float32 arrays of any (matching) shape.
+Plain ``jnp`` on float32 (or float64) arrays of any matching shape; it runs after the per-sample
+sums of squares, whichever backend computed them.
 """
 
 import jax.numpy as jnp

@@ -1,15 +1,18 @@
-"""Block sizes for the row-reduction kernels, chosen from each TPU generation's VMEM and bandwidth.
+"""Block sizes for the sum-of-squares kernels, chosen from each TPU generation's VMEM and bandwidth.
 
-The kernels stream a (B, D) gradient through VMEM in (block_b, block_d) tiles. Two limits set the
-tile size:
+Two views of a gradient leaf are tiled (see ``penalty_tpu``):
 
-* large enough that the fixed cost of a grid step (about 0.35 us) is under ~10 % of the step's DMA
-  time, i.e. ``bytes >= bandwidth * 3.5 us``;
-* small enough that the backward kernel's working set fits in 3/4 of VMEM: input and output double
-  buffered (4 tiles) plus up to 3 float32 temporaries of the same shape.
+* rows, (B, D): ``batch`` samples per block along the sublanes, ``reduce`` columns per step;
+* lanes, (M, S, B): ``batch`` samples per block along the lanes, ``reduce`` rows of M per step.
 
-Unknown targets (ahead-of-time lowering from a CPU host, interpret mode) use the smallest budget of
-any supported generation, which compiles everywhere.
+Two limits set the block size: large enough that the fixed cost of a grid step (about 0.35 us)
+is under ~10 % of the step's DMA time (``bytes >= bandwidth * 3.5 us``), and small enough that
+the input (double-buffered) and its float32 temporaries fit in 3/4 of VMEM with margin.
+When one block holds the whole batch, the reduction is split into two halves that the two
+TensorCores of a megacore chip (v4, v5p) sum in parallel.
+
+Unknown targets (ahead-of-time lowering from a CPU host, interpret mode) use the smallest budget
+of any supported generation, which compiles everywhere, and split as a megacore chip would.
 """
 
 import dataclasses
@@ -20,19 +23,21 @@ import numpy as np
 from jax.experimental.pallas import tpu as pltpu
 
 LANES = 128
+SUBLANES = 8
 STEP_OVERHEAD_S = 0.35e-6
-MAX_BLOCK_BYTES = 8 << 20  # keeps Mosaic's fully unrolled tile code small
+MAX_BLOCK_BYTES = 8 << 20  # keeps Mosaic's fully unrolled block code small
 MIN_BLOCK_BYTES = 512 << 10
-MIN_TILE_WIDTH = 2048  # lanes a tile keeps before rows grow (fewer, longer DMA rows)
+MIN_TILE_WIDTH = 2048  # lanes a rows block keeps before it grows rows (fewer, longer DMA rows)
 SUPPORTED_GENERATIONS = ("v4", "v5e", "v5p", "v6e", "7x")
 
 
 @dataclasses.dataclass(frozen=True)
 class Blocks:
-    """A tiling of a (B, D) operand: tile shape and the scoped-VMEM limit to compile with."""
+    """A tiling: samples per block, reduction length per step, parallel halves, VMEM limit."""
 
-    block_b: int
-    block_d: int
+    batch: int
+    reduce: int
+    splits: int
     vmem_limit_bytes: int
 
 
@@ -42,9 +47,9 @@ def _chip(generation: str):
 
 @functools.cache
 def generation_budget(generation: str | None) -> tuple[int, int]:
-    """(float32 tile bytes, scoped-VMEM limit) for a TPU generation name such as ``"v5e"``.
+    """(float32 block bytes, scoped-VMEM limit) for a TPU generation name such as ``"v5e"``.
 
-    ``None`` means "unknown target": the smallest tile of any supported generation.
+    ``None`` means "unknown target": the smallest block of any supported generation.
     """
     if generation is None:
         return min(generation_budget(g) for g in SUPPORTED_GENERATIONS)
@@ -54,6 +59,11 @@ def generation_budget(generation: str | None) -> tuple[int, int]:
     tile = int(np.clip(min(by_bandwidth, by_vmem), MIN_BLOCK_BYTES, MAX_BLOCK_BYTES))
     tile = 1 << (tile.bit_length() - 1)  # round down to a power of two
     return tile, info.vmem_capacity_bytes * 3 // 4
+
+
+def megacore(generation: str | None) -> bool:
+    """Whether a chip of this generation runs one program on two TensorCores (unknown: yes)."""
+    return generation is None or pltpu.ChipVersion(generation).supports_megacore
 
 
 def current_generation() -> str | None:
@@ -71,20 +81,25 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _sublanes(itemsize: int) -> int:
-    return 8 * max(1, 4 // itemsize)
+def _even_split(length: int, limit: int, multiple: int) -> int:
+    """The whole ``length`` if it fits in ``limit``, else equal steps of a ``multiple``."""
+    if length <= limit:
+        return length
+    steps = -(-length // limit)
+    return _round_up(-(-length // steps), multiple)
 
 
-def choose_blocks(batch: int, features: int, itemsize: int, generation: str | None = None) -> Blocks:
-    """Tile a (batch, features) operand of ``itemsize``-byte elements.
+def _splits(batch_blocks: int, reduce_blocks: int, generation: str | None) -> int:
+    return 2 if batch_blocks == 1 and reduce_blocks >= 2 and megacore(generation) else 1
 
-    ``block_b`` is the whole batch when ``batch <= 128`` (the per-sample outputs are lane-dense, so a
-    partial batch block must be a multiple of 128). Larger batches get as many rows as the tile
-    holds at a width of ``min(features, 2048)`` lanes, but at most half the batch, so a megacore
-    has two row blocks to split. ``block_d`` is the whole feature axis when it fits, else a
-    multiple of 128 that splits it into equal steps (12288 lanes on a 8192-lane budget become
-    2 x 6144, not 8192 + 4096 with half a tile out of bounds); ragged tails are masked inside the
-    kernels.
+
+def row_blocks(batch: int, features: int, itemsize: int, generation: str | None = None) -> Blocks:
+    """Tile a (batch, features) view of ``itemsize``-byte elements, batch along the sublanes.
+
+    ``batch`` is the whole batch when it is at most 128 (per-sample outputs are lane-dense, so a
+    partial batch block is a multiple of 128), else as many rows as the block holds at a width of
+    ``min(features, 2048)`` lanes, at most half the batch (two blocks for a megacore).
+    ``reduce`` is the whole feature axis when it fits, else equal steps of a multiple of 128.
     """
     tile_bytes, vmem_limit = generation_budget(generation)
     if batch <= LANES:
@@ -93,11 +108,25 @@ def choose_blocks(batch: int, features: int, itemsize: int, generation: str | No
         width = min(_round_up(features, LANES), MIN_TILE_WIDTH)
         by_tile = max(LANES, tile_bytes // (4 * width) // LANES * LANES)
         block_b = min(by_tile, _round_up(-(-batch // 2), LANES))
-    rows = max(block_b, _sublanes(itemsize))
-    lanes = max(LANES, tile_bytes // (4 * rows) // LANES * LANES)
-    if features <= lanes:
-        block_d = features
-    else:  # as many steps as the budget needs, split evenly so the last tile is not mostly empty
-        steps = -(-features // lanes)
-        block_d = _round_up(-(-features // steps), LANES)
-    return Blocks(block_b, block_d, vmem_limit)
+    sublanes = SUBLANES * max(1, 4 // itemsize)
+    lanes = max(LANES, tile_bytes // (4 * _round_up(block_b, sublanes)) // LANES * LANES)
+    block_d = _even_split(features, lanes, LANES)
+    splits = _splits(-(-batch // block_b), -(-features // block_d), generation)
+    return Blocks(block_b, block_d, splits, vmem_limit)
+
+
+def lane_blocks(rows: int, sublanes: int, batch: int, generation: str | None = None) -> Blocks:
+    """Tile a (rows, sublanes, batch) view, batch along the lanes, summed over rows and sublanes.
+
+    ``batch`` is the whole batch up to 128 lanes, else 128 per block. ``reduce`` rows per step as
+    the block budget allows (each row is a (sublanes, batch) tile padded to (8, 128) in float32),
+    split into equal steps of a multiple of 8. (A bf16 or f16 (sublanes, lanes) tile in VMEM is
+    no larger than its float32 upcast, so the float32 size bounds both.)
+    """
+    tile_bytes, vmem_limit = generation_budget(generation)
+    block_b = batch if batch <= LANES else LANES
+    row_bytes = _round_up(sublanes, SUBLANES) * _round_up(block_b, LANES) * 4
+    block_m = _even_split(rows, max(SUBLANES, tile_bytes // row_bytes // SUBLANES * SUBLANES),
+                          SUBLANES)
+    splits = _splits(-(-batch // block_b), -(-rows // block_m), generation)
+    return Blocks(block_b, block_m, splits, vmem_limit)

@@ -4,89 +4,120 @@ The real Mosaic compiler runs here: misaligned blocks, VMEM overflow and layout 
 the surrounding XLA program surface as compile errors, per generation.
 """
 
-import functools
+import pathlib
+import re
+import sys
 
 import jax
 import jax.numpy as jnp
 import pytest
 
 from fastgp import penalty
-from fastgp.kernels import choose_blocks, row_stats, scale_rows
+from fastgp.kernels import lane_blocks, lane_sumsq, row_blocks, row_sumsq
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.aot
-topologies = pytest.importorskip("jax.experimental.topologies")
+pytest.importorskip("jax.experimental.topologies")
+import compiled_figures as cf  # noqa: E402
 
-GENERATIONS = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2",
-               "7x": "TPU7x:2x2x1"}
+GENERATIONS = tuple(cf.TOPOLOGIES)
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 
 
-@functools.cache
-def tpu_sharding(generation):
-    device = topologies.get_topology_desc(GENERATIONS[generation], "tpu").devices[0]
-    return jax.sharding.SingleDeviceSharding(device)
-
-
-def compile_for(generation, fn, *shapes):
-    sharding = tpu_sharding(generation)
-    lowered = jax.jit(fn, in_shardings=(sharding,) * len(shapes)).lower(*shapes)
-    return lowered.compile().as_text()
-
-
-def conv_critic(params, x):
-    h = jax.lax.conv_general_dilated(x, params["w1"], (2, 2), "SAME",
-                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
-    h = jax.nn.leaky_relu(h, 0.2).reshape(x.shape[0], -1)
-    return (h @ params["w2"])[:, 0]
-
-
-def conv_params(in_shape, dtype, channels=8):
-    c, hgt, wid = in_shape
-    flat = channels * ((hgt + 1) // 2) * ((wid + 1) // 2)
-    return {"w1": jax.ShapeDtypeStruct((channels, c, 3, 3), dtype),
-            "w2": jax.ShapeDtypeStruct((flat, 1), dtype)}
+def compile_text(generation, fn, *shapes):
+    return cf.compile_for(cf.tpu_device(generation), fn, *shapes).as_text()
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("batch,features", [(300, 5000), (5, 3), (1, 1)])
-def test_kernels_compile_with_generation_tiling(generation, dtype, batch, features):
-    dt = DTYPES[dtype]
-    blocks = choose_blocks(batch, features, jnp.dtype(dt).itemsize, generation)
-    g = jax.ShapeDtypeStruct((batch, features), dt)
-    scale = jax.ShapeDtypeStruct((batch,), jnp.float32)
-    forward = compile_for(generation, lambda g: row_stats(g, kind="wgan-gp", blocks=blocks), g)
-    backward = compile_for(generation, lambda s, g: scale_rows(s, g, blocks=blocks), scale, g)
-    assert "tpu_custom_call" in forward and "tpu_custom_call" in backward
+@pytest.mark.parametrize("shape", [(300, 5000), (64, 12288), (5, 3), (1, 1)], ids=str)
+def test_row_kernel_compiles_with_generation_tiling(generation, dtype, shape):
+    blocks = row_blocks(*shape, jnp.dtype(DTYPES[dtype]).itemsize, generation)
+    text = compile_text(generation, lambda g: row_sumsq(g, blocks=blocks),
+                        jax.ShapeDtypeStruct(shape, DTYPES[dtype]))
+    assert "tpu_custom_call" in text
+
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(64, 64, 3, 64), (32, 32, 1, 300), (7, 5, 2), (1, 1, 1)],
+                         ids=str)
+def test_lane_kernel_compiles_with_generation_tiling(generation, dtype, shape):
+    *lead, sublanes, batch = shape
+    blocks = lane_blocks(int(jnp.prod(jnp.array(lead))), sublanes, batch, generation)
+    text = compile_text(generation, lambda g: lane_sumsq(g, blocks=blocks),
+                        jax.ShapeDtypeStruct(shape, DTYPES[dtype]))
+    assert "tpu_custom_call" in text
+
+
+def conv_critic(layout):
+    dn = ("NCHW", "OIHW", "NCHW") if layout == "NCHW" else ("NHWC", "HWIO", "NHWC")
+
+    def critic(params, x):
+        h = jax.lax.conv_general_dilated(x, params["w1"], (2, 2), "SAME", dimension_numbers=dn)
+        h = jax.nn.leaky_relu(h, 0.2).reshape(x.shape[0], -1)
+        return (h @ params["w2"])[:, 0]
+
+    return critic
+
+
+def conv_params(image_shape, layout, dtype, channels=8):
+    c, hgt, wid = image_shape if layout == "NCHW" else (image_shape[2], *image_shape[:2])
+    flat = channels * ((hgt + 1) // 2) * ((wid + 1) // 2)
+    w1 = (channels, c, 3, 3) if layout == "NCHW" else (3, 3, c, channels)
+    return {"w1": jax.ShapeDtypeStruct(w1, dtype), "w2": jax.ShapeDtypeStruct((flat, 1), dtype)}
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_whole_critic_penalty_value_and_grad_compiles(generation, dtype):
-    """Ragged everything: B = 12, D = 3 * 10 * 10 = 300, a two-leaf pytree input."""
+    """Ragged everything: B = 12, a 3x10x10 image leaf and a dense leaf of 5, both kernels."""
     dt = DTYPES[dtype]
-    params = conv_params((3, 10, 10), dt)
+    params = conv_params((3, 10, 10), "NCHW", dt)
     x = {"image": jax.ShapeDtypeStruct((12, 3, 10, 10), dt),
          "extra": jax.ShapeDtypeStruct((12, 5), dt)}
 
     def critic(p, x):
-        return conv_critic(p, x["image"]) + jnp.sum(x["extra"], axis=1)
+        return conv_critic("NCHW")(p, x["image"]) + jnp.sum(x["extra"], axis=1)
 
     def loss(p, x):
-        return penalty.gradient_penalty(lambda y: critic(p, y), x, backend="auto")
+        return penalty.gradient_penalty(lambda y: critic(p, y), x, backend="pallas")
 
-    text = compile_for(generation, jax.value_and_grad(loss), params, x)
-    # Two kernels: stats of leaf 1, then fused stats + penalty of leaf 2 (the backward is XLA's).
-    assert text.count("tpu_custom_call") >= 2
+    text = compile_text(generation, jax.value_and_grad(loss), params, x)
+    assert text.count("custom_call_target=\"tpu_custom_call\"") == 2
 
 
-@pytest.mark.parametrize("generation", ["7x", "v5e"])
-def test_bf16_image_critic_step_compiles(generation):
-    """The shape where a naive (8, 512) bf16 tiling failed on TPU7x inside a whole step."""
-    params = conv_params((3, 64, 64), jnp.bfloat16, channels=4)
-    x = jax.ShapeDtypeStruct((64, 3, 64, 64), jnp.bfloat16)
+def kernel_operand_producers(hlo_text):
+    """The op producing each Mosaic call's operand, looking through bitcasts and tuple elements."""
+    instruction = re.compile(r"^\s*(?:ROOT )?(%[\w.\-]+) = .*? ([a-z][\w\-]*)\((%[\w.\-]+)?")
+    ops, kernels = {}, []
+    for line in hlo_text.splitlines():
+        match = instruction.match(line)
+        if match:
+            ops[match.group(1)] = match.group(2, 3)
+            if 'custom_call_target="tpu_custom_call"' in line:
+                kernels.append(match.group(1))
+    producers = []
+    for name in kernels:
+        operand = ops[name][1]
+        while ops[operand][0] in ("bitcast", "get-tuple-element"):
+            operand = ops[operand][1]
+        producers.append(ops[operand][0])
+    return producers
+
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_bf16_image_critic_step_reads_g_where_the_convolution_wrote_it(generation, layout):
+    """The shape where a (B, D) bf16 tiling failed on TPU7x inside a whole step. The default
+    backend puts the kernel in the program, and its operand is the fusion that writes the input
+    gradient (through a bitcast), not a relayout copy."""
+    image = (3, 64, 64) if layout == "NCHW" else (64, 64, 3)
+    params = conv_params(image, layout, jnp.bfloat16, channels=4)
+    x = jax.ShapeDtypeStruct((64, *image), jnp.bfloat16)
 
     def loss(p, x):
-        return penalty.gradient_penalty(lambda y: conv_critic(p, y), x, backend="pallas")
+        return penalty.gradient_penalty(lambda y: conv_critic(layout)(p, y), x)
 
-    assert "tpu_custom_call" in compile_for(generation, jax.value_and_grad(loss), params, x)
+    text = compile_text(generation, jax.value_and_grad(loss), params, x)
+    assert kernel_operand_producers(text) == ["fusion"]

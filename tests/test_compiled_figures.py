@@ -1,0 +1,55 @@
+"""benchmarks/compiled_figures.py: figures read from programs compiled for a TPU."""
+
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from fastgp.backends import xla_sumsq
+from fastgp.kernels import row_sumsq
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+pytestmark = pytest.mark.aot
+pytest.importorskip("jax.experimental.topologies")
+import compiled_figures as cf  # noqa: E402
+
+HLO = """\
+%fused_computation.1 (param_0: f32[8]) -> f32[8] {
+  %param_0 = f32[8]{0} parameter(0)
+  ROOT %copy.1 = f32[8]{0} copy(%param_0)
+}
+
+%loop_body (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %copy.2 = f32[8]{0} copy(%p)
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  %fusion = f32[8]{0} fusion(%a), kind=kLoop, calls=%fused_computation.1
+  %copy-start = (f32[8]{0}, f32[8]{0}, u32[]) copy-start(%fusion)
+  %copy-done = f32[8]{0} copy-done(%copy-start)
+  ROOT %copy.3 = f32[8]{0:T(8)} copy(%copy-done)
+}
+"""
+
+
+def test_copies_count_ops_of_their_own_not_fusion_roots():
+    # copy.2 (a loop body's op) and copy.3 run as ops, copy.1 is a fusion's root.
+    assert cf.count_copies(HLO) == {"copy": 2, "copy-start": 1}
+
+
+def test_figures_of_a_kernel_are_what_it_declares_and_xla_reads_g_once():
+    g = jax.ShapeDtypeStruct((256, 4096), jnp.float32)
+    nbytes = 256 * 4096 * 4
+    device = cf.tpu_device("v5e")
+    kernel = cf.figures(cf.compile_for(device, row_sumsq, g))
+    xla = cf.figures(cf.compile_for(device, xla_sumsq, g))
+    assert kernel["kernel"] and not xla["kernel"]
+    assert kernel["flops"] > 0 and xla["flops"] > 0
+    # One read of g plus per-sample outputs, either way.
+    for figures in (kernel, xla):
+        assert nbytes <= figures["bytes"] <= 1.01 * nbytes
+    assert kernel["argument"] == xla["argument"] == nbytes
