@@ -256,6 +256,18 @@ def _gone(pid):
     (["check", "--devices", "0"], "--devices", "must be a positive integer, got 0"),
     (["check", "--processes", "2", "--backend", "tpu-interpret"], "--backend",
      "runs within one process only"),
+    (["train", "--backend", "pallas"], "--backend", "pallas runs the kernels on TPU or GPU only"),
+    (["check", "--backend", "pallas"], "--backend", "pallas runs the kernels on TPU or GPU only"),
+    (["train", "--backend", "gpu-interpret"], "--backend", "cannot run under shard_map"),
+    (["check", "--backend", "interpret"], "--backend", "cannot run under shard_map"),
+    (["train", "--steps", "9000000000"], "--steps", "must be at most 2147483647"),
+    (["train", "--seed", str(10**23)], "--seed", "must be an integer in 0..4294967295"),
+    (["check", "--seed", "-1"], "--seed", "must be an integer in 0..4294967295"),
+    (["train", "--out", __file__], "--out", "is a file, not a directory"),
+    (["train", "--out", os.path.join(__file__, "run")], "--out",
+     f"cannot be created: {__file__} is a file"),
+    (["train", "--resume", "--out", "/nonexistent/typo"], "--out",
+     "/nonexistent/typo does not exist, so there is no run to --resume"),
 ])
 def test_bad_flags_name_the_flag(argv, flag, words, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -263,6 +275,37 @@ def test_bad_flags_name_the_flag(argv, flag, words, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {flag}" in err and words in err, err
+
+
+def test_out_under_a_read_only_directory_names_out(tmp_path, capsys):
+    from test_run_faults import read_only
+
+    with read_only(tmp_path):
+        with pytest.raises(SystemExit) as exc:
+            main(["train", "--out", str(tmp_path / "run")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --out: {tmp_path / 'run'} cannot be created: {tmp_path} is not " \
+           f"writable" in err, err
+
+
+def test_out_that_cannot_be_created_names_out(tmp_path, monkeypatch, capsys):
+    # Where access() says yes but mkdir fails (root-squashed mounts, races): the run's own check.
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    assert main(["train", "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fastgp train: error: --out {tmp_path / 'run'} cannot be written "
+                          f"(Permission denied"), err
+
+
+def test_too_many_critic_steps_name_the_steps_flag(tmp_path, capsys):
+    assert main(["train", "--steps", "900000000", "--out", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fastgp train: error: --steps 900000000: total_steps x n_critic = "
+                          "900000000 x 5 = 4500000000 critic steps"), err
 
 
 def test_busy_port_is_a_clear_error(capsys):

@@ -6,12 +6,17 @@
 ``--devices N`` gives each process N simulated CPU devices (XLA_FLAGS, set here before JAX
 starts). ``--processes P`` starts P local processes (``fastgp.train.launcher``) that form one JAX
 job over P*N devices; the command runs in each, process 0 prints and writes the outputs.
+
+Exit status of ``train``: 0 done; 2 a bad flag or --out (one line naming it); 1 the run failed
+(a checkpoint or output could not be written, or training diverged); 128 + N stopped by signal N
+(SIGTERM 143, SIGINT 130) after writing a checkpoint and the outputs.
 """
 
 import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 
@@ -21,14 +26,18 @@ from fastgp.train.data import DATASETS
 from fastgp.kernels import KINDS
 from fastgp.train.launcher import (check_port, free_port, set_cpu_devices, start_distributed,
                                  supervise)
-from fastgp.train.state import PRECISIONS
+from fastgp.train.state import INT32_MAX, PRECISIONS
+
+SEED_MAX = 2**32 - 1      # the PRNG key holds 32 bits of the seed; larger seeds would alias
 
 TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
 summary.json and orbax checkpoints to --out. Defaults are the tuned recipe: on 8gaussians
 (the default) and 25gaussians it captures every mode with >80% high-quality samples in 6000
 generator steps (about 2 minutes on 2 CPU cores). Nothing is downloaded. With --processes on CPU the processes talk over
-local TCP (gloo): a functional rehearsal of multi-host training, much slower than one process."""
+local TCP (gloo): a functional rehearsal of multi-host training, much slower than one process.
+SIGTERM or Ctrl-C stops at the next log point with a checkpoint and the outputs (exit 128 + the
+signal number); a second one stops at once. One run at a time may use an --out."""
 
 
 # --- argument types: each error names the value; argparse adds the flag ------------------------
@@ -40,6 +49,9 @@ def _positive_int(text):
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    if value > INT32_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {INT32_MAX} (int32 counters), got "
+                                         f"{value}")
     return value
 
 
@@ -48,6 +60,14 @@ def _int(text):
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def _seed(text):
+    value = _int(text)
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0..{SEED_MAX} (the random key "
+                                         f"holds 32 bits), got {value}")
+    return value
 
 
 def _number(low, high=math.inf, *, open_low=False):
@@ -110,7 +130,8 @@ def _add_training_flags(p, *, defaults):
                    help="apply the penalty on every k-th critic step, weight x k (default 1)")
     p.add_argument("--lr", type=_number(0, open_low=True), default=defaults.get("lr"),
                    help="Adam learning rate of both networks")
-    p.add_argument("--seed", type=_int, default=defaults.get("seed"), help="random seed")
+    p.add_argument("--seed", type=_seed, default=defaults.get("seed"),
+                   help=f"random seed, 0..{SEED_MAX}")
     p.add_argument("--second-order", choices=SECOND_ORDER, default=defaults.get("second_order"),
                    help="how the penalty's parameter gradient is taken: reverse-over-forward "
                         "(the VJP of a JVP of the critic, the default) or reverse (nested grad); "
@@ -141,8 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parallel_flags(train)
     train.add_argument("--out", default=None, help="output directory (default runs/<dataset>)")
     train.add_argument("--resume", action="store_true",
-                       help="continue from the newest complete checkpoint in --out (its config "
-                            "is used; flags that contradict it are errors)")
+                       help="continue from the newest intact checkpoint in --out (its config is "
+                            "used; flags that contradict it are errors; damaged newer "
+                            "checkpoints are reported and moved to checkpoints-damaged/)")
     train.add_argument("--log-every", type=_positive_int, default=None,
                        help="generator steps per metrics.jsonl line (default 100; on --resume "
                             "the run's)")
@@ -175,8 +197,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- dispatch ------------------------------------------------------------------------------------
 
+def _subparser(parser, args):
+    return parser._subparsers._group_actions[0].choices[args.command]
+
+
+def backend_problem(backend, platform=None):
+    """Why the sharded trainer cannot use ``backend`` (on ``platform``, if known), or None."""
+    if backend in ("interpret", "gpu-interpret"):
+        return (f"{backend} (generic Pallas interpret mode) cannot run under shard_map, which the "
+                f"trainer always uses; use tpu-interpret to run the kernel on CPU, or xla")
+    platform = {"cuda": "gpu", "rocm": "gpu"}.get(platform, platform)
+    if backend == "pallas" and platform not in (None, "tpu", "gpu"):
+        return (f"pallas runs the kernels on TPU or GPU only and JAX runs on {platform} here; "
+                f"use auto (the default), xla, or tpu-interpret to run the TPU kernel on CPU")
+    return None
+
+
+def _known_platform(args):
+    """The JAX platform, when it is known without starting JAX (JAX_PLATFORMS names one)."""
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if not platforms and args.processes > 1 and args.process_id is None:
+        return "cpu"                     # the supervisor starts its processes on CPU
+    return platforms if platforms and "," not in platforms else None
+
+
 def _validate(parser, args):
-    sub = parser._subparsers._group_actions[0].choices[args.command]
+    sub = _subparser(parser, args)
     if (args.process_id is None) != (args.coordinator is None) or (
             args.process_id is not None and not 0 <= args.process_id < args.processes):
         sub.error("argument --process-id: give it with --coordinator HOST:PORT, in "
@@ -190,6 +236,15 @@ def _validate(parser, args):
         sub.error(f"argument --backend: {args.backend} (Pallas interpret mode) runs within one "
                   f"process only and hangs across processes; use --backend xla with "
                   f"--processes {args.processes}")
+    problem = backend_problem(args.backend, _known_platform(args))
+    if problem:
+        sub.error(f"argument --backend: {problem}")
+    if args.command == "train":
+        from fastgp.train.outputs import out_problem
+
+        problem = out_problem(_out(args), args.resume)
+        if problem:
+            sub.error(f"argument --out: {problem}")
     devices = (args.devices or 1) * args.processes
     if args.batch_size is not None and args.batch_size % devices:
         sub.error(f"argument --batch-size: {args.batch_size} is not divisible by the {devices} "
@@ -205,13 +260,20 @@ def _supervise(args, argv) -> int:
     base = [sys.executable, "-m", "fastgp.train.cli", *argv]
     commands = [base + ["--process-id", str(i), "--coordinator", f"127.0.0.1:{port}"]
                 for i in range(args.processes)]
-    return supervise(commands, env)
+    return supervise(commands, env, graceful=args.command == "train")
+
+
+def _out(args) -> str:
+    return args.out or os.path.join("runs", args.dataset or "8gaussians")
 
 
 def _train(args) -> int:
-    from fastgp.train.run import RunError, RunOptions, train
+    import jax
 
-    out = args.out or os.path.join("runs", args.dataset or "8gaussians")
+    from fastgp.train.run import RunError, RunFailure, RunOptions, train
+    from fastgp.train.signals import StopRequest
+
+    out = _out(args)
     options = RunOptions(dataset=args.dataset, out=out, log_every=args.log_every,
                          checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
                          eval_samples=args.eval_samples, stop_at=args.stop_at,
@@ -223,14 +285,26 @@ def _train(args) -> int:
                  "gp_every": args.gp_every, "gp_weight": args.gp_weight, "seed": args.seed,
                  "lr_g": args.lr, "lr_d": args.lr, "decay_fraction": args.decay_fraction,
                  "second_order": args.second_order}
+    primary = jax.process_index() == 0
+    stop = StopRequest(announce=primary).install()
     try:
-        summary = train(options, {k: v for k, v in overrides.items() if v is not None})
-    except RunError as err:
-        print(f"fastgp train: error: {err}", file=sys.stderr)
-        return 2
+        summary = train(options, {k: v for k, v in overrides.items() if v is not None}, stop)
+    except (RunError, RunFailure) as err:
+        if primary or jax.process_count() == 1:
+            print(f"fastgp train: error: {err}", file=sys.stderr, flush=True)
+        return 2 if isinstance(err, RunError) else 1
+    finally:
+        stop.uninstall()
     if "out" in summary:
         print(json.dumps(summary), flush=True)
-    return 0
+    if "stopped_by" not in summary:
+        return 0
+    if primary:
+        print(f"fastgp train: stopped by {summary['stopped_by']} at step {summary['steps']} of "
+              f"{summary['total_steps']}; checkpoint {summary['steps']} and the outputs are in "
+              f"{out}; continue with: fastgp train --resume --out {out}", file=sys.stderr,
+              flush=True)
+    return 128 + signal.Signals[summary["stopped_by"]].value
 
 
 def _check(args) -> int:
@@ -283,6 +357,12 @@ def main(argv=None) -> int:
         set_cpu_devices(args.devices)
     if args.process_id is not None:
         start_distributed(args.coordinator, args.processes, args.process_id)
+    if args.backend == "pallas":
+        import jax
+
+        problem = backend_problem(args.backend, jax.default_backend())
+        if problem:
+            _subparser(parser, args).error(f"argument --backend: {problem}")
     return {"train": _train, "check": _check}[args.command](args)
 
 

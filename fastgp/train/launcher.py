@@ -6,10 +6,16 @@
     start_distributed(coordinator, P, i)   inside process i: gloo collectives + distributed init
 
 Process 0 hosts the coordinator. The supervisor watches every child: when one exits with an error
-or is killed, it stops the others at once and says which one died, so nothing waits on a peer that
-is gone. Inside each process the coordination service's heartbeat (``HEARTBEAT_S``) is the second
-line of defence: a process whose peer stops answering aborts with "tasks are unhealthy" instead of
+or is killed, it stops the others (after ``GRACE_S``, so that a failure every process saw is
+reported by process 0) and says which one died, so nothing waits on a peer that is gone. Inside
+each process the coordination service's heartbeat (``HEARTBEAT_S``) is the second line of
+defence: a process whose peer stops answering aborts with "tasks are unhealthy" instead of
 hanging in a collective. A child also dies with its supervisor (Linux ``PR_SET_PDEATHSIG``).
+
+With ``graceful=True`` (``fastgp train``), SIGTERM or SIGINT to the supervisor is passed on once
+to every child (each in its own process group, so a terminal's Ctrl-C reaches them only this way);
+the children stop together at their next chunk end and the supervisor returns their status
+(128 + the signal number). A second signal, or the first without ``graceful``, kills them all.
 """
 
 import ctypes
@@ -24,6 +30,7 @@ FORCE_FLAG = "--xla_force_host_platform_device_count"
 HEARTBEAT_S = 10          # a peer silent this long is declared dead by the coordination service
 INIT_TIMEOUT_S = 60       # all processes must join within this long
 POLL_S = 0.2
+GRACE_S = 3.0             # after one child fails, the others may exit by themselves this long
 
 
 def set_cpu_devices(n: int, env=None) -> dict:
@@ -51,10 +58,10 @@ def check_port(port: int) -> None:
                           f"it out to use a free one") from None
 
 
-def _die_with_parent():
-    """In the child before exec: get SIGKILL when the supervisor dies (Linux; else nothing).
-
-    SIGKILL, not SIGTERM: JAX's preemption notifier catches SIGTERM and keeps running."""
+def _child_setup():
+    """In the child before exec: its own process group, and SIGKILL when the supervisor dies
+    (Linux; else nothing). SIGKILL, not SIGTERM: SIGTERM asks a run to stop gracefully."""
+    os.setpgid(0, 0)
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -70,8 +77,12 @@ def _describe(code: int) -> str:
     return f"exited with status {code}"
 
 
-def _stop(procs):
-    """Kill every child still running (SIGKILL: JAX processes catch SIGTERM) and reap them."""
+def _stop(procs, grace: float = 0.0):
+    """Kill every child still running after ``grace`` seconds (SIGKILL: SIGTERM would only ask
+    them to stop at their next chunk end) and reap them."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(POLL_S / 4)
     for p in procs:
         if p.poll() is None:
             p.kill()
@@ -79,55 +90,73 @@ def _stop(procs):
         p.wait()
 
 
-class _Terminated(Exception):
-    pass
+class _Signals:
+    """SIGTERM/SIGINT received by the supervisor (the handler only counts them)."""
+
+    def __init__(self):
+        self.received = []
+
+    def __call__(self, signum, frame):
+        self.received.append(signum)
 
 
-def _raise_terminated(signum, frame):
-    raise _Terminated(signal.Signals(signum).name)
+def _graceful(code: int) -> bool:
+    """True for the status of a child that stopped on request (128 + SIGTERM or SIGINT)."""
+    return code in (128 + signal.SIGTERM, 128 + signal.SIGINT)
 
 
-def supervise(commands, env=None, *, quiet_others: bool = True) -> int:
+def supervise(commands, env=None, *, quiet_others: bool = True,
+              graceful: bool = False) -> int:
     """Run one process per command (process i gets ``commands[i]``); 0 when all succeed.
 
     Process 0 keeps stdout; the others' stdout is dropped when ``quiet_others`` (their errors still
-    reach stderr). If any process fails, the rest are killed and a line on stderr names it; the
-    failing exit status (1 for a signal) is returned.
+    reach stderr). If any process fails, the rest are stopped and a line on stderr names it; the
+    failing exit status (1 for a signal) is returned. See the module docstring for signals.
     """
-    procs = []
+    procs, signals = [], _Signals()
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    except ValueError:  # not the main thread: SIGTERM keeps its handler
-        previous = None
+        previous = {s: signal.signal(s, signals) for s in (signal.SIGTERM, signal.SIGINT)}
+    except ValueError:  # not the main thread: signals keep their handlers
+        previous = {}
+    forwarded = 0
     try:
         for i, cmd in enumerate(commands):
             out = subprocess.DEVNULL if (i and quiet_others) else None
-            procs.append(subprocess.Popen(cmd, env=env, stdout=out, preexec_fn=_die_with_parent))
+            procs.append(subprocess.Popen(cmd, env=env, stdout=out, preexec_fn=_child_setup))
             print(f"fastgp: started process {i} of {len(commands)} (pid {procs[-1].pid})",
                   file=sys.stderr, flush=True)
         while True:
+            if len(signals.received) > forwarded:
+                if forwarded or not graceful:
+                    _stop(procs)
+                    name = signal.Signals(signals.received[-1]).name
+                    print(f"fastgp: {'second ' if forwarded else ''}{name}; killed all "
+                          f"processes", file=sys.stderr, flush=True)
+                    return 128 + signals.received[-1]
+                forwarded = len(signals.received)
+                name = signal.Signals(signals.received[0]).name
+                print(f"fastgp: {name}: asking every process to stop at its next chunk end "
+                      f"({name} again to kill them)", file=sys.stderr, flush=True)
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(signals.received[0])
             codes = [p.poll() for p in procs]
-            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            failed = [(i, c) for i, c in enumerate(codes)
+                      if c not in (None, 0) and not (graceful and _graceful(c))]
             if failed:
                 i, code = failed[0]
-                _stop(procs)
+                _stop(procs, grace=GRACE_S)
                 print(f"fastgp: error: process {i} of {len(procs)} (pid {procs[i].pid}) "
                       f"{_describe(code)}; stopped the other processes", file=sys.stderr,
                       flush=True)
                 return code if code > 0 else 1
-            if all(c == 0 for c in codes):
-                return 0
+            if all(c is not None for c in codes):
+                return max(codes)
             time.sleep(POLL_S)
-    except (KeyboardInterrupt, _Terminated) as err:
-        _stop(procs)
-        why = "KeyboardInterrupt" if isinstance(err, KeyboardInterrupt) else str(err)
-        print(f"fastgp: interrupted ({why}); stopped all processes", file=sys.stderr,
-              flush=True)
-        return 130
     finally:
         _stop(procs)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def start_distributed(coordinator: str, num_processes: int, process_id: int) -> None:

@@ -6,6 +6,10 @@
     summary.json     the final summary line
     run.json         dataset and TrainConfig of the run
     checkpoints/     orbax checkpoints (``fastgp.train.checkpoints``)
+    checkpoints-damaged/   damaged checkpoints that ``--resume`` skipped
+    .fastgp.lock     exists while a run uses the directory (``fastgp.train.runlock``)
+
+Every JSON file is strict JSON: a non-finite float (a diverged loss) is written as null.
 """
 
 import json
@@ -56,6 +60,22 @@ def _finite_or_none(v):
     return v if np.isfinite(v) else None
 
 
+def strict(value):
+    """``value`` with every non-finite float replaced by None (JSON null), recursively."""
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
+
+
+def dumps(value, **kwargs) -> str:
+    """Strict JSON text of ``value`` (non-finite floats as null)."""
+    return json.dumps(strict(value), allow_nan=False, **kwargs)
+
+
 class MetricsLog:
     """Appends records to ``metrics.jsonl``; on resume drops lines past the checkpoint's step."""
 
@@ -64,12 +84,12 @@ class MetricsLog:
         self.records = []
         if keep_until is not None and self.path.exists():
             self.records = [r for r in read_metrics(self.path) if r["step"] <= keep_until]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+        self.path.write_text("".join(dumps(r) + "\n" for r in self.records))
 
     def append(self, record: dict) -> None:
         self.records.append(record)
         with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
@@ -85,8 +105,30 @@ def read_metrics(path) -> list:
     return records
 
 
+def out_problem(out, resume: bool = False):
+    """Why ``out`` cannot be a run's output directory (text naming the path), or None."""
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            return f"{out} is a file, not a directory"
+        if not os.access(out, os.W_OK | os.X_OK):
+            return f"{out} is not writable"
+        return None
+    if resume:
+        return (f"{out} does not exist, so there is no run to --resume; check the path, or drop "
+                f"--resume to start a new run")
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{out} cannot be created: {parent} is a file"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{out} cannot be created: {parent} is not writable"
+    return None
+
+
 def write_json(path, value) -> None:
-    Path(path).write_text(json.dumps(value, indent=1) + "\n")
+    Path(path).write_text(dumps(value, indent=1) + "\n")
 
 
 def write_samples(out: Path, samples) -> Path:
@@ -95,5 +137,6 @@ def write_samples(out: Path, samples) -> Path:
     return path
 
 
-__all__ = ["CHECKPOINTS", "FIGURE", "METRICS", "MetricsLog", "RUN", "SAMPLES", "SUMMARY",
-           "metrics_record", "read_metrics", "write_json", "write_samples"]
+__all__ = ["CHECKPOINTS", "FIGURE", "METRICS", "MetricsLog", "RUN", "SAMPLES", "SUMMARY", "dumps",
+           "metrics_record", "out_problem", "read_metrics", "strict", "write_json",
+           "write_samples"]

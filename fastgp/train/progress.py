@@ -7,8 +7,12 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 
 def describe(record: dict) -> str:
     """Short text of a metrics record: losses, norm mean [min, max], non-finite, quality."""
-    text = (f"D {record['critic_loss']:+.3f}  W {record['wasserstein']:+.3f}  "
-            f"GP {record['penalty']:.3f}  G {record['generator_loss']:+.3f}")
+    def num(name, spec):
+        v = record.get(name)
+        return "null" if v is None else format(v, spec)
+
+    text = (f"D {num('critic_loss', '+.3f')}  W {num('wasserstein', '+.3f')}  "
+            f"GP {num('penalty', '.3f')}  G {num('generator_loss', '+.3f')}")
     if record.get("norm_mean") is not None:
         means = [v for v in record["norm_mean"] if v is not None]
         lows = [v for v in record["norm_min"] if v is not None]

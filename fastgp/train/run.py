@@ -9,9 +9,20 @@ multiples of ``log_every``, ``eval_every`` and ``checkpoint_every``; each chunk 
 metrics.jsonl. Random numbers depend only on (seed, iteration), so a run continued from a
 checkpoint reaches the same parameters as one that never stopped. Every process runs this loop;
 process 0 alone logs, evaluates and writes outputs (checkpoints are written collectively).
+
+Faults end a run with one message: flags and the output directory raise :class:`RunError`
+(checked before training starts); a checkpoint or output that cannot be written and non-finite
+losses or parameters raise :class:`RunFailure` (the newest checkpoint on disk stays the last
+finite one). Process 0 holds ``fastgp.train.runlock`` on --out for the whole run. ``--resume``
+continues from the newest intact checkpoint: damaged newer ones are reported and moved to
+``checkpoints-damaged/``. With a ``fastgp.train.signals.StopRequest`` a signal ends the run at the
+next chunk end, after a checkpoint and the outputs (the summary then says ``stopped_by``).
 """
 
 import dataclasses
+import json
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -20,17 +31,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp.train import outputs
-from fastgp.train.checkpoints import Checkpoints, host_copy
+from fastgp.train.checkpoints import (CheckpointDamaged, CheckpointWriteError, Checkpoints,
+                                      host_copy, reason)
 from fastgp.train.data import toy_modes
 from fastgp.train.figures import plot_run
 from fastgp.penalty import grad_norms
+from fastgp.train.nonfinite import first_nonfinite_loss, nonfinite_state
 from fastgp.train.progress import RunProgress
 from fastgp.train.quality import mode_quality
 from fastgp.train.recipes import build_problem, default_config
-from fastgp.train.state import TrainConfig
+from fastgp.train.runlock import DirectoryBusy, RunLock
+from fastgp.train.state import ConfigError, TrainConfig, init_state
 from fastgp.train.trainer import Trainer, make_mesh
 
 DEFAULT_DATASET = "8gaussians"
+DAMAGED = "checkpoints-damaged"      # where --resume moves damaged checkpoints, inside --out
 # TrainConfig field -> the command-line flag that sets it (for error messages).
 FLAGS = {"total_steps": "--steps", "batch_size": "--batch-size", "backend": "--backend",
          "precision": "--precision", "gp_every": "--gp-every", "gp_kind": "--gp-kind",
@@ -47,6 +62,10 @@ CADENCE = {"log_every": 100, "checkpoint_every": 1000, "eval_every": 500, "eval_
 
 class RunError(ValueError):
     """A problem with the run's flags or output directory (message names the flag)."""
+
+
+class RunFailure(RuntimeError):
+    """The run cannot go on: a checkpoint or output cannot be written, or training diverged."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,20 +97,90 @@ def _cadence(options: RunOptions, stored: dict) -> RunOptions:
         k: getattr(options, k) or stored.get(k, default) for k, default in CADENCE.items()})
 
 
-def resolve(options: RunOptions, overrides: dict, checkpoints: Checkpoints):
-    """(dataset, TrainConfig, resume step or None, wall seconds already spent)."""
-    step = checkpoints.latest_step()
-    if step is not None and not options.resume:
-        raise RunError(f"--out {options.out} already holds checkpoints (latest step {step}); "
+def _flag_error(err: ConfigError, overrides: dict) -> RunError:
+    """A TrainConfig error as a RunError naming the flags (with their values) it comes from."""
+    given = [f"{FLAGS[f]} {overrides[f]}" for f in err.fields if f in FLAGS and f in overrides]
+    named = given or [FLAGS.get(f, f) for f in err.fields]
+    return RunError(f"{' with '.join(dict.fromkeys(named))}: {err}")
+
+
+def _stored_run(step: int, meta: dict):
+    """(dataset, TrainConfig) recorded in a checkpoint's metadata."""
+    try:
+        config = dict(meta["config"], betas=tuple(meta["config"]["betas"]))
+        return meta["dataset"], TrainConfig(**config)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointDamaged(step, f"its metadata holds no valid run config ({err})") from None
+
+
+@dataclasses.dataclass
+class Resumed:
+    """The checkpoint a run continues from: its step, metadata and state (host numpy)."""
+
+    step: int
+    meta: dict
+    state: object
+
+
+def _newest_intact(checkpoints: Checkpoints, out: Path, primary: bool) -> Resumed:
+    """The newest checkpoint that verifies and restores. Damaged newer ones are reported and
+    (process 0) moved to ``out/DAMAGED``, so that this run can write those steps again."""
+    damaged, templates = [], {}
+    for step in reversed(checkpoints.steps()):
+        try:
+            checkpoints.verify(step)
+            meta = checkpoints.meta(step)
+            dataset, config = _stored_run(step, meta)
+            key = json.dumps([dataset, dataclasses.asdict(config)], sort_keys=True)
+            if key not in templates:
+                problem = build_problem(dataset, config)
+                templates[key] = init_state(config, problem.generator, problem.critic)
+            state = checkpoints.state(step, templates[key])
+        except CheckpointDamaged as err:
+            damaged.append(err)
+            continue
+        break
+    else:
+        raise RunError(f"--resume: every checkpoint in {checkpoints.directory} is damaged ("
+                       + "; ".join(f"{e.step}: {e.reason}" for e in damaged) + ")")
+    if damaged:
+        _barrier("fastgp-resume-select")
+        if primary:
+            for err in damaged:
+                try:
+                    moved = checkpoints.quarantine(err.step, out / DAMAGED)
+                except OSError as move_err:
+                    raise RunError(f"--resume: {err}, and it cannot be moved to "
+                                   f"{out / DAMAGED} ({reason(move_err)})") from None
+                _warn(f"{err}; moved it to {moved}")
+            _warn(f"resuming from checkpoint {step}, the newest intact one")
+        _barrier("fastgp-resume-moved")
+        checkpoints.reload()
+    return Resumed(step, meta, state)
+
+
+def resolve(options: RunOptions, overrides: dict, checkpoints: Checkpoints, *,
+            primary: bool = True):
+    """(dataset, TrainConfig, Resumed or None): a fresh run's recipe, or the checkpoint's run."""
+    out = Path(options.out)
+    steps = checkpoints.steps()
+    if steps and not options.resume:
+        raise RunError(f"--out {out} already holds checkpoints (latest step {steps[-1]}); "
                        f"pass --resume to continue that run or choose another --out")
-    if step is None:
+    if not steps:
+        if options.resume:
+            raise RunError(f"--resume: there is no checkpoint in {checkpoints.directory} to "
+                           f"continue from; check --out, or drop --resume to start a new run")
         dataset = options.dataset or DEFAULT_DATASET
         overrides = {"backend": default_backend(), **overrides}
         try:
-            return dataset, default_config(dataset, **overrides), None, 0.0
+            return dataset, default_config(dataset, **overrides), None
+        except ConfigError as err:
+            raise _flag_error(err, overrides) from None
         except ValueError as err:
             raise RunError(str(err)) from None
-    meta = checkpoints.meta(step)
+    resumed = _newest_intact(checkpoints, out, primary)
+    meta = resumed.meta
     if options.dataset not in (None, meta["dataset"]):
         raise RunError(f"--dataset {options.dataset} contradicts the checkpoint in "
                        f"{options.out} (dataset {meta['dataset']}); drop --dataset or choose "
@@ -102,7 +191,70 @@ def resolve(options: RunOptions, overrides: dict, checkpoints: Checkpoints):
             raise RunError(f"{FLAGS.get(field, field)} {value} contradicts the checkpoint in "
                            f"{options.out} ({field}={stored[field]}); drop the flag to resume")
     stored.update({k: v for k, v in overrides.items() if k in CHANGEABLE_ON_RESUME and v})
-    return meta["dataset"], TrainConfig(**stored), step, float(meta.get("wall_s", 0.0))
+    try:
+        return meta["dataset"], TrainConfig(**stored), resumed
+    except ConfigError as err:
+        raise _flag_error(err, overrides) from None
+
+
+def _warn(text: str) -> None:
+    print(f"fastgp train: {text}", file=sys.stderr, flush=True)
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _stop_signal(stop) -> int:
+    """The signal number a stop was requested with on any process (0: none)."""
+    signum = (stop.signum or 0) if stop is not None else 0
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        signum = int(np.max(multihost_utils.process_allgather(np.int32(signum))))
+    return signum
+
+
+def _prepare_out(out: Path, resume: bool) -> RunLock:
+    """Create --out (process 0) and lock it for this run; RunError naming --out."""
+    problem = outputs.out_problem(out, resume)
+    if problem:
+        raise RunError(f"--out {problem}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return RunLock.acquire(out)
+    except DirectoryBusy as err:
+        raise RunError(f"--out {err}; wait for it to end or choose another --out") from None
+    except OSError as err:
+        raise RunError(f"--out {out} cannot be written ({reason(err)}); choose another "
+                       f"--out") from None
+
+
+def _write(what: str, fn, *args):
+    """Run an output writer; an OSError (disk full, read-only, ...) becomes a RunFailure."""
+    try:
+        return fn(*args)
+    except OSError as err:
+        raise RunFailure(f"cannot write {what} ({reason(err)})") from None
+
+
+def _devices_error(config: TrainConfig, n: int, options: RunOptions, overrides: dict,
+                   resumed) -> RunError:
+    b = config.batch_size
+    if "batch_size" in overrides:
+        return RunError(f"--batch-size {b} is not divisible by the {n} devices; use a multiple "
+                        f"of {n}")
+    source = "the checkpoint's" if resumed is not None else "the recipe's"
+    divisors = [d for d in range(1, min(b, 64) + 1) if b % d == 0]
+    if options.devices:
+        given = f"--devices {n}" if jax.process_count() == 1 else f"--devices x --processes = {n}"
+        return RunError(f"{given}: the run's batch size {b} ({source}) is not divisible by {n} "
+                        f"devices; use a device count in {divisors}")
+    return RunError(f"the run's batch size {b} ({source}) is not divisible by the {n} visible "
+                    f"devices; pass --devices with one of {divisors}")
 
 
 def _next_stop(it: int, end: int, *periods) -> int:
@@ -152,70 +304,123 @@ class _Evaluator:
         plot_run(path, real, fake, norms, records, critic_grid=grid, title=title)
 
 
-def train(options: RunOptions, overrides: dict) -> dict:
-    """Run (or continue) training; returns the summary (process 0 also writes it to --out)."""
+def train(options: RunOptions, overrides: dict, stop=None) -> dict:
+    """Run (or continue) training; returns the summary (process 0 also writes it to --out).
+
+    ``stop``: a ``fastgp.train.signals.StopRequest`` whose signal ends the run at the next chunk
+    end (every process stops at the same step). Raises RunError or RunFailure."""
+    out = Path(options.out)
+    lock = _prepare_out(out, options.resume) if jax.process_index() == 0 else None
+    if lock is not None and stop is not None:
+        stop.on_exit.append(lock.release)
+    try:
+        return _train(options, overrides, stop)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(options: RunOptions, overrides: dict, stop) -> dict:
     start = time.perf_counter()
     out = Path(options.out)
     primary = jax.process_index() == 0
-    if primary:
-        out.mkdir(parents=True, exist_ok=True)
-    checkpoints = Checkpoints(out / outputs.CHECKPOINTS)
-    dataset, config, resume_step, wall_before = resolve(options, overrides, checkpoints)
-    stored = {} if resume_step is None else checkpoints.meta(resume_step).get("cadence", {})
-    options = _cadence(options, stored)
+    try:
+        checkpoints = Checkpoints(out / outputs.CHECKPOINTS)
+    except OSError as err:
+        raise RunError(f"--out {out}: cannot use {out / outputs.CHECKPOINTS} ({reason(err)})") \
+            from None
+    dataset, config, resumed = resolve(options, overrides, checkpoints, primary=primary)
+    options = _cadence(options, {} if resumed is None else resumed.meta.get("cadence", {}))
     total = config.total_steps
     end = min(total, options.stop_at) if options.stop_at else total
+    wall_before = 0.0 if resumed is None else float(resumed.meta.get("wall_s", 0.0))
 
     problem = build_problem(dataset, config)
     devices = jax.devices()
     if options.devices:
         devices = devices[:options.devices]
+    if config.batch_size % len(devices):
+        raise _devices_error(config, len(devices), options, overrides, resumed)
     try:
         trainer = Trainer(config, problem.generator, problem.critic, problem.sample_real,
                           mesh=make_mesh(devices))
     except ValueError as err:
-        raise RunError(f"--batch-size: {err}") from None
+        raise RunError(f"--backend {config.backend}: {err}" if "backend" in str(err)
+                       else str(err)) from None
     state = trainer.init()
-    if resume_step is not None:
-        state = trainer.replicate(checkpoints.state(resume_step, state))
+    if resumed is not None:
+        state = trainer.replicate(resumed.state)
     it = int(host_copy(state.iteration))
     evaluator = _Evaluator(dataset, config, problem, options.eval_samples)
-    log = outputs.MetricsLog(out, keep_until=it) if primary else None
+    log = _write(f"{out / outputs.METRICS}", lambda: outputs.MetricsLog(out, keep_until=it)) \
+        if primary else None
     run_meta = {"dataset": dataset, "config": dataclasses.asdict(config),
                 "cadence": {k: getattr(options, k) for k in CADENCE}}
     if primary:
-        outputs.write_json(out / outputs.RUN, {**run_meta, "devices": len(devices),
-                                                "processes": jax.process_count()})
+        _write(f"{out / outputs.RUN}", outputs.write_json, out / outputs.RUN,
+               {**run_meta, "devices": len(devices), "processes": jax.process_count()})
 
     def wall():
         return wall_before + time.perf_counter() - start
 
+    def save(step):
+        try:
+            checkpoints.save(step, state, {**run_meta, "wall_s": wall()})
+        except CheckpointWriteError as err:
+            newest = checkpoints.latest_step()
+            raise RunFailure(f"{err}. The run stopped at step {step}; " + (
+                f"its newest checkpoint is step {newest} (--resume continues from it)"
+                if newest is not None else "it has no checkpoint yet")) from None
+
+    first, signum = True, 0
     with RunProgress(total, it, enabled=primary and options.progress) as bar:
         while it < end:
-            stop = _next_stop(it, end, options.log_every, options.checkpoint_every,
-                              options.eval_every if evaluator.modes is not None else None)
-            state, metrics = trainer.run(state, stop - it)
-            metrics = jax.device_get(metrics)
-            it = stop
+            stop_at = _next_stop(it, end, options.log_every, options.checkpoint_every,
+                                 options.eval_every if evaluator.modes is not None else None)
+            try:
+                state, metrics = trainer.run(state, stop_at - it)
+                metrics = jax.device_get(metrics)
+            except ValueError as err:     # lowering: a backend this platform cannot run
+                if first and config.backend not in ("auto", "xla"):
+                    raise RunError(f"--backend {config.backend}: {err}") from None
+                raise
+            first = False
+            fault = first_nonfinite_loss(metrics, it)
+            if fault is None:
+                fault = nonfinite_state(state)
+                fault = fault and f"{fault} after step {stop_at}"
+            it = stop_at
             if primary:
                 quality = None
-                if evaluator.modes is not None and (it % options.eval_every == 0 or it == end):
+                if fault is None and evaluator.modes is not None and (
+                        it % options.eval_every == 0 or it == end):
                     quality = evaluator.quality(host_copy(state.g_params))
                 record = outputs.metrics_record(it, wall(), metrics, quality)
-                log.append(record)
+                _write(f"{log.path}", log.append, record)
                 bar.update(it, record)
-            if it % options.checkpoint_every == 0 or it == end:
-                checkpoints.save(it, state, {**run_meta, "wall_s": wall()})
+            if fault is not None:
+                newest = checkpoints.latest_step()
+                raise RunFailure(
+                    f"training diverged: {fault}. No checkpoint was written after it; " + (
+                        f"the newest, step {newest}, holds finite values" if newest is not None
+                        else "the run has no checkpoint yet"))
+            signum = _stop_signal(stop)
+            if it % options.checkpoint_every == 0 or it == end or signum:
+                save(it)
+            if signum:
+                break
     train_s = wall()
     checkpoints.close()
 
     summary = {"dataset": dataset, "steps": it, "total_steps": total,
                "devices": len(devices), "processes": jax.process_count()}
+    if signum:
+        summary["stopped_by"] = signal.Signals(signum).name
     if not primary:
         return summary
     host = host_copy(state)
     samples = evaluator.samples(host.g_params, max(options.eval_samples, 2500))
-    outputs.write_samples(out, samples)
+    _write(f"{out / outputs.SAMPLES}", outputs.write_samples, out, samples)
     quality = evaluator.quality(host.g_params)
     if quality is not None:
         summary.update(quality)
@@ -223,10 +428,12 @@ def train(options: RunOptions, overrides: dict) -> dict:
     title = f"{dataset}: {it} generator steps" + (
         f", {quality['modes']}/{quality['total_modes']} modes, {quality['high_quality']:.1f}% "
         f"high quality" if quality else "")
-    evaluator.figure(out / outputs.FIGURE, host, log.records, title)
+    _write(f"{out / outputs.FIGURE}", evaluator.figure, out / outputs.FIGURE, host, log.records,
+           title)
     summary.update(wall_s=round(wall(), 1), out=str(out))
-    outputs.write_json(out / outputs.SUMMARY, summary)
+    _write(f"{out / outputs.SUMMARY}", outputs.write_json, out / outputs.SUMMARY, summary)
     return summary
 
 
-__all__ = ["DEFAULT_DATASET", "FLAGS", "RunError", "RunOptions", "resolve", "train"]
+__all__ = ["DAMAGED", "DEFAULT_DATASET", "FLAGS", "Resumed", "RunError", "RunFailure", "RunOptions",
+           "resolve", "train"]

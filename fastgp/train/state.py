@@ -25,6 +25,17 @@ from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+INT32_MAX = 2**31 - 1       # iteration and optimiser step counters are int32
+# jax.random.PRNGKey takes a C long; evaluation keys use seed + 10_000.
+SEED_RANGE = (-2**63, 2**63 - 1 - 10_000)
+
+
+class ConfigError(ValueError):
+    """An invalid TrainConfig; ``fields`` names the offending field(s)."""
+
+    def __init__(self, fields, message):
+        super().__init__(message)
+        self.fields = (fields,) if isinstance(fields, str) else tuple(fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,39 +71,50 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
+                raise ConfigError(name, f"{name} must be a positive integer <= {INT32_MAX}, got "
+                                        f"{value!r}")
         if self.gp_kind not in KINDS:
-            raise ValueError(f"unknown gp_kind {self.gp_kind!r}; expected one of {KINDS}")
+            raise ConfigError("gp_kind", f"unknown gp_kind {self.gp_kind!r}; expected one of "
+                                         f"{KINDS}")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {self.precision!r}; expected one of "
-                             f"{tuple(PRECISIONS)}")
+            raise ConfigError("precision", f"unknown precision {self.precision!r}; expected one "
+                                           f"of {tuple(PRECISIONS)}")
         if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; expected one of {BACKENDS}")
+            raise ConfigError("backend", f"unknown backend {self.backend!r}; expected one of "
+                                         f"{BACKENDS}")
         for name in ("gp_target", "lr_g", "lr_d"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+                raise ConfigError(name, f"{name} must be a finite positive number, got {value!r}")
         if not (isinstance(self.gp_weight, (int, float)) and math.isfinite(self.gp_weight)
                 and self.gp_weight >= 0):
-            raise ValueError(f"gp_weight must be a finite number >= 0, got {self.gp_weight!r}")
+            raise ConfigError("gp_weight", f"gp_weight must be a finite number >= 0, got "
+                                           f"{self.gp_weight!r}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        if not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+            raise ConfigError("betas", f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        if (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]):
+            raise ConfigError("seed", f"seed must be an integer in [{SEED_RANGE[0]}, "
+                                      f"{SEED_RANGE[1]}], got {self.seed!r}")
         if self.second_order not in SECOND_ORDER:
-            raise ValueError(f"unknown second_order {self.second_order!r}; expected one of "
-                             f"{SECOND_ORDER}")
+            raise ConfigError("second_order", f"unknown second_order {self.second_order!r}; "
+                                              f"expected one of {SECOND_ORDER}")
         if not (isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1):
-            raise ValueError(f"decay_fraction must be a number in [0, 1], got "
-                             f"{self.decay_fraction!r}")
+            raise ConfigError("decay_fraction", f"decay_fraction must be a number in [0, 1], got "
+                                                f"{self.decay_fraction!r}")
         steps = self.total_steps
         if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)
                                   or steps < 1):
-            raise ValueError(f"total_steps must be a positive integer or None, got {steps!r}")
+            raise ConfigError("total_steps", f"total_steps must be a positive integer or None, "
+                                             f"got {steps!r}")
+        if steps is not None and steps * self.n_critic > INT32_MAX:
+            raise ConfigError(("total_steps", "n_critic"), (
+                f"total_steps x n_critic = {steps} x {self.n_critic} = {steps * self.n_critic} "
+                f"critic steps; the step counters are int32, so at most {INT32_MAX}"))
         if self.decay_fraction > 0 and steps is None:
-            raise ValueError("decay_fraction > 0 needs total_steps (the run's generator "
-                             "iterations) to place the decay")
+            raise ConfigError("decay_fraction", "decay_fraction > 0 needs total_steps (the run's "
+                                                "generator iterations) to place the decay")
 
     @property
     def dtype(self):
@@ -177,5 +199,6 @@ def index_sampler(data) -> Callable:
     return sample_real
 
 
-__all__ = ["PRECISIONS", "TrainConfig", "TrainState", "critic_keys", "generator_key",
-           "gp_schedule", "index_sampler", "init_state", "lr_schedule", "optimizers"]
+__all__ = ["INT32_MAX", "PRECISIONS", "SEED_RANGE", "ConfigError", "TrainConfig", "TrainState",
+           "critic_keys", "generator_key", "gp_schedule", "index_sampler", "init_state",
+           "lr_schedule", "optimizers"]

@@ -1,0 +1,69 @@
+"""Numerical faults of a training chunk: the first non-finite loss, or a non-finite state.
+
+    first_nonfinite_loss(metrics, start)   -> description or None   (``Trainer.run`` metrics)
+    nonfinite_state(state)                 -> description or None   (replicated TrainState)
+
+Losses are scanned in the order they were computed (each critic step's critic loss, penalty and
+Wasserstein estimate, then the generator loss), so the description names the first one that
+went non-finite and its generator step.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+CRITIC_LOSSES = ("critic_loss", "penalty", "wasserstein")
+
+
+def _value(v) -> str:
+    return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def first_nonfinite_loss(metrics, start: int):
+    """The first non-finite loss of a chunk that began after generator step ``start``.
+
+    ``metrics`` holds ``critic_loss``, ``penalty``, ``wasserstein`` (I, C, N) and
+    ``generator_loss`` (I, N) as returned by ``Trainer.run``; every core holds the global value,
+    so core 0's is read."""
+    critic = {name: np.asarray(metrics[name])[..., 0] for name in CRITIC_LOSSES}   # (I, C)
+    generator = np.asarray(metrics["generator_loss"])[..., 0]                       # (I,)
+    iterations, n_critic = critic["critic_loss"].shape
+    bad = ~np.isfinite(generator)
+    for name in CRITIC_LOSSES:
+        bad |= ~np.all(np.isfinite(critic[name]), axis=1)
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad)[0])
+    for c in range(n_critic):
+        for name in CRITIC_LOSSES:
+            v = critic[name][i, c]
+            if not np.isfinite(v):
+                return (f"{name} is {_value(v)} at step {start + i + 1} (critic step {c + 1} "
+                        f"of {n_critic})")
+    return f"generator_loss is {_value(generator[i])} at step {start + i + 1}"
+
+
+@jax.jit
+def _finite_leaves(tree):
+    return [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]
+
+
+STATE_PARTS = (("generator parameters", "g_params"), ("critic parameters", "d_params"),
+               ("generator optimiser state", "g_opt"), ("critic optimiser state", "d_opt"))
+
+
+def nonfinite_state(state):
+    """"critic parameters d_params[1]['w'] hold non-finite values" for the first non-finite
+    array of the parameters, then of the Adam states (a squared gradient can overflow while the
+    parameters stay finite), or None."""
+    for label, field in STATE_PARTS:
+        tree = getattr(state, field)
+        finite = jax.device_get(_finite_leaves(tree))
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
+        for path, ok in zip(paths, finite):
+            if not ok:
+                return f"{label} {field}{path} hold non-finite values"
+    return None
+
+
+__all__ = ["first_nonfinite_loss", "nonfinite_state"]
