@@ -6,7 +6,10 @@ The device count must be fixed before JAX starts, so the test process itself sta
 and every multi-device check runs here, in a subprocess.
 """
 
+import functools
+import itertools
 import json
+import re
 import sys
 
 import jax
@@ -139,14 +142,24 @@ def wrong_reduction(devices):
 def aot(devices):
     """Compile one whole sharded critic step and a fused run for a 4-chip TPU v5e mesh."""
     from jax.experimental import topologies
-    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import Mesh
+
+    devs = topologies.get_topology_desc("v5e:2x2", "tpu").devices
+    mesh = Mesh(np.array(devs), ("data",))
+    out = {"platform": devs[0].platform, "devices": len(devs)}
+    for backend in ("auto", "pallas"):
+        config = TrainConfig(batch_size=32, n_critic=2, backend=backend)
+        out[backend] = _aot_kernels(mesh, config)
+    return out
+
+
+def _aot_kernels(mesh, config):
+    """Whether the compiled critic step and fused run of the toy problem contain a Mosaic call."""
+    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     from fastgp.train.state import init_state
 
-    devs = topologies.get_topology_desc("v5e:2x2", "tpu").devices
-    mesh = Mesh(np.array(devs), ("data",))
-    config = TrainConfig(batch_size=32, n_critic=2, backend="auto")
     sharded = trainer.Trainer(config, *problem(), mesh=mesh)
 
     def spec(tree, partition):
@@ -159,9 +172,50 @@ def aot(devices):
     step = spec(jax.ShapeDtypeStruct((), jnp.int32), P())
     critic_step = sharded.critic_step.lower(state, real, step).compile().as_text()
     fused_run = sharded.run.lower(state, 2).compile().as_text()
-    return {"platform": devs[0].platform, "devices": len(devs),
-            "critic_step_kernel": "tpu_custom_call" in critic_step,
-            "run_kernel": "tpu_custom_call" in fused_run}
+    return {"critic_step": "tpu_custom_call" in critic_step, "run": "tpu_custom_call" in fused_run}
+
+
+def _kernel_signatures(stablehlo: str):
+    """[(operand types, result types)] of every Mosaic kernel call in a StableHLO module."""
+    calls = re.findall(r"@tpu_custom_call\(.*\} : \((.*)\) -> (.*)$", stablehlo, re.MULTILINE)
+    dtypes = functools.partial(re.findall, r"x([a-z]\w*)>")     # tensor<8x64xbf16> -> bf16
+    return [(dtypes(operands), dtypes(results)) for operands, results in calls]
+
+
+@scenario
+def aot_precision(devices):
+    """Kernel signatures of the digits problem's critic step and fused run, lowered for a 4-chip
+    TPU v5e mesh, per backend ("auto", "pallas") and precision."""
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from fastgp.train.models import conv_critic, conv_generator
+    from fastgp.train.state import index_sampler, init_state
+
+    devs = topologies.get_topology_desc("v5e:2x2", "tpu").devices
+    mesh = Mesh(np.array(devs), ("data",))
+    images = np.zeros((16, 8, 8, 1), np.float32)
+    networks = (conv_generator(8, channels=8), conv_critic(8))
+    out = {}
+    for backend, precision in itertools.product(("auto", "pallas"), ("f32", "bf16")):
+        config = TrainConfig(batch_size=32, n_critic=2, backend=backend, precision=precision,
+                             latent_dim=8)
+        sharded = trainer.Trainer(config, *networks, index_sampler(images), mesh=mesh)
+
+        def spec(tree, partition):
+            sharding = NamedSharding(mesh, partition)
+            return jax.tree.map(
+                lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree)
+
+        state = spec(jax.eval_shape(lambda: init_state(config, *networks)), P())
+        real = spec(jax.ShapeDtypeStruct((config.batch_size, 8, 8, 1), jnp.float32), P("data"))
+        step = spec(jax.ShapeDtypeStruct((), jnp.int32), P())
+        out[f"{backend} {precision}"] = {
+            "critic_step": _kernel_signatures(
+                sharded.critic_step.lower(state, real, step).as_text()),
+            "run": _kernel_signatures(sharded.run.lower(state, 2).as_text())}
+    return out
 
 
 if __name__ == "__main__":

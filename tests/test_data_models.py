@@ -81,12 +81,17 @@ def test_unknown_names_raise():
         mlp([2, 8, 1], activation="swish")
     with pytest.raises(ValueError, match=r"\(2,\)"):
         mlp([2])
+    with pytest.raises(ValueError, match="swish"):
+        conv_critic(8, activation="swish")
 
 
 def test_digits():
     d = load_digits()
-    assert d.shape == (1797, 1, 8, 8) and d.dtype == np.float32
+    assert d.shape == (1797, 8, 8, 1) and d.dtype == np.float32  # NHWC
     assert d.min() == -1.0 and d.max() == 1.0
+    from sklearn.datasets import load_digits as sk_digits
+
+    np.testing.assert_array_equal(d[..., 0], sk_digits().images / 8.0 - 1.0)  # rows, then columns
 
 
 def test_mode_quality_of_real_data_and_collapsed_and_noise():
@@ -169,7 +174,7 @@ def test_conv_models_are_per_sample():
                 _block_maxima(lambda v: gen.apply(pg, v), z, jax.jacfwd))
 
     scores, img, (c_diag, c_off), (g_diag, g_off) = check(jax.random.key(0), load_digits()[:4])
-    assert scores.shape == (4,) and img.shape == (4, 1, 8, 8)
+    assert scores.shape == (4,) and img.shape == (4, 8, 8, 1)
     assert float(jnp.abs(img).max()) <= 1.0
     assert c_diag > 0 and c_off == 0
     assert g_diag > 0 and g_off == 0

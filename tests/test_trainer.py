@@ -96,6 +96,36 @@ def test_nested_reverse_trainer_equals_naive(backend):
     assert max(result["max_rel_diff"][k] for k in ("critic_grads", "generator_grads")) <= 1e-5
 
 
+def test_digits_conv_critic_equals_naive():
+    """The digits recipe's conv pair (NHWC) through the kernel in TPU-interpret mode, float32."""
+    proc = _run(["-m", "fastgp.train.selfcheck", "--dataset", "digits", "--devices", "2",
+                 "--steps", "2", "--batch-size", "32", "--n-critic", "2"], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = _last_json(proc.stdout)
+    assert result["ok"] is True and result["dataset"] == "digits"
+    assert result["config"]["backend"] == "tpu-interpret" and result["config"]["latent_dim"] == 32
+    diffs = result["max_rel_diff"]
+    assert max(diffs[k] for k in ("critic_grads", "generator_grads")) <= 1e-5
+    assert max(diffs.values()) <= 1e-4
+
+
+def test_digits_bf16_multi_block_equals_naive():
+    """bfloat16 input-gradients through the kernel on a per-core batch of 192: more than one batch
+    block, the last ragged, in either kernel view."""
+    from fastgp.kernels.tiling import lane_blocks, row_blocks
+
+    assert lane_blocks(64, 1, 192).batch < 192 and row_blocks(192, 64, 2).batch < 192
+    proc = _run(["-m", "fastgp.train.selfcheck", "--dataset", "digits", "--precision", "bf16",
+                 "--devices", "2", "--steps", "1", "--batch-size", "384", "--n-critic", "2"],
+                timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = _last_json(proc.stdout)
+    assert result["ok"] is True and result["config"]["precision"] == "bf16"
+    assert result["tolerance"]["critic_grads"] == 5e-2
+    assert result["tolerance"]["param_updates"] is None
+    assert result["nonfinite_norms"] == 0
+
+
 def test_gp_schedule_is_lazy_and_rescaled():
     config = TrainConfig(gp_every=3, gp_weight=10.0)
     assert [bool(gp_schedule(config, i)[0]) for i in range(7)] == [1, 0, 0, 1, 0, 0, 1]
@@ -235,6 +265,22 @@ def test_mesh_must_have_one_data_axis():
 @pytest.mark.aot
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu (jax[tpu])")
 def test_sharded_step_compiles_for_tpu_v5e_mesh():
+    """The toy MLP's (B, 2) input-gradients: "auto" leaves dense leaves to XLA on TPU (see
+    fastgp.backends), "pallas" forces the kernel into both compiled programs."""
     out = run_worker("aot", 1, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
-    assert out == {"platform": "tpu", "devices": 4, "critic_step_kernel": True,
-                   "run_kernel": True}
+    assert out == {"platform": "tpu", "devices": 4,
+                   "auto": {"critic_step": False, "run": False},
+                   "pallas": {"critic_step": True, "run": True}}
+
+
+@pytest.mark.aot
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu (jax[tpu])")
+def test_bf16_input_gradients_reach_the_tpu_kernel():
+    """Lowered for TPU, the penalty's Mosaic kernel reads the conv critic's input-gradients in the
+    compute dtype (bf16 under bf16) and returns float32 statistics, under "auto" and "pallas"."""
+    out = run_worker("aot_precision", 1, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    for backend in ("auto", "pallas"):
+        for precision in ("f32", "bf16"):
+            for program in ("critic_step", "run"):
+                assert out[f"{backend} {precision}"][program] == [[[precision], ["f32"]]], (
+                    backend, precision, program)

@@ -2,7 +2,7 @@
 
     sample_toy(name, key, n)  -> (n, 2) float32, jittable, key-driven
     toy_modes(name)           -> (centers (M, 2) float32, sigma), in data coordinates
-    load_digits()             -> (1797, 1, 8, 8) float32 in [-1, 1]
+    load_digits()             -> (1797, 8, 8, 1) float32 in [-1, 1], NHWC
 """
 
 import math
@@ -65,11 +65,11 @@ def toy_modes(name: str) -> tuple[np.ndarray, float]:
 
 
 def load_digits() -> np.ndarray:
-    """scikit-learn's 8x8 digits (bundled, no download) as (N, 1, 8, 8) float32 in [-1, 1]."""
+    """scikit-learn's 8x8 digits (bundled, no download): (N, 8, 8, 1) float32 in [-1, 1], NHWC."""
     from sklearn.datasets import load_digits as _sk_load_digits
 
     images = _sk_load_digits().images.astype(np.float32)  # pixel values 0..16
-    return (images / 8.0 - 1.0)[:, None, :, :]
+    return (images / 8.0 - 1.0)[..., None]
 
 
 __all__ = ["DATASETS", "TOY_DATASETS", "load_digits", "sample_toy", "toy_modes"]

@@ -3,7 +3,7 @@
     plot_run(path, real, fake, norms, records, critic_grid=None, title="")
 
 2-D data: real vs generated scatter over the critic's contours (``critic_grid`` = (xs, ys, D)).
-Images (N, 1, H, W): grids of real and generated samples. Always: a histogram of the critic's
+Images (N, H, W, 1): grids of real and generated samples. Always: a histogram of the critic's
 input-gradient norms at the penalty's points (the target 1 marked) and the loss curves of
 ``metrics.jsonl`` records.
 """
@@ -17,8 +17,8 @@ import numpy as np  # noqa: E402
 
 
 def _image_grid(images, n=8, pad=1):
-    """(N, 1, H, W) in [-1, 1] -> mosaic of the first n*n images, ``pad`` grey pixels apart."""
-    images = np.asarray(images)[: n * n, 0]
+    """(N, H, W, 1) in [-1, 1] -> mosaic of the first n*n images, ``pad`` grey pixels apart."""
+    images = np.asarray(images)[: n * n, ..., 0]
     count, h, w = images.shape
     grid = np.zeros((n * (h + pad) + pad, n * (w + pad) + pad), np.float32)
     for k in range(count):

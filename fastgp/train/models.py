@@ -1,12 +1,13 @@
 """Plain-JAX models as pure functions; parameters are pytrees of float32 arrays.
 
-    mlp(sizes, activation)      -> Model   (B, sizes[0]) -> (B, sizes[-1]), or (B,) if that is 1
-    conv_critic(channels)       -> Model   (B, 1, 8, 8) -> (B,)
-    conv_generator(latent_dim)  -> Model   (B, latent_dim) -> (B, 1, 8, 8) in [-1, 1]
+    mlp(sizes, activation)                -> Model  (B, sizes[0]) -> (B, sizes[-1]), (B,) if 1
+    conv_critic(channels, activation)     -> Model  (B, 8, 8, 1) -> (B,)
+    conv_generator(latent_dim, channels)  -> Model  (B, latent_dim) -> (B, 8, 8, 1) in [-1, 1]
 
 Every ``apply(params, x, dtype=jnp.float32)`` computes in ``dtype`` (params and inputs are cast,
 so bfloat16 works) and returns float32. No batch norm anywhere: each output sample depends only on
-its own input, which the per-sample gradient penalty requires.
+its own input, which the per-sample gradient penalty requires. Images are NHWC with HWIO kernels,
+the layout TPU convolutions (and Flax) use, so no transposes surround the convolutions there.
 """
 
 import math
@@ -80,22 +81,21 @@ def mlp(sizes: Sequence[int], activation: str = "relu") -> Model:
     return Model(init, apply)
 
 
-_DN = ("NCHW", "OIHW", "NCHW")
+_DN = ("NHWC", "HWIO", "NHWC")
 
 
 def _conv_init(key, c_out, c_in, k=3):
+    """He-normal (k, k, c_in, c_out) HWIO kernel, zero bias."""
     std = math.sqrt(2.0 / (c_in * k * k))
-    w = std * jax.random.normal(key, (c_out, c_in, k, k), jnp.float32)
+    w = std * jax.random.normal(key, (k, k, c_in, c_out), jnp.float32)
     return {"w": w, "b": jnp.zeros((c_out,), jnp.float32)}
 
 
-def _leaky(x):
-    return jax.nn.leaky_relu(x, 0.2)
-
-
-def conv_critic(channels: int = 64) -> Model:
-    """DCGAN-style critic for (B, 1, 8, 8): two stride-2 3x3 convs (8->4->2), LeakyReLU, dense -> (B,)."""
+def conv_critic(channels: int = 64, activation: str = "leaky_relu") -> Model:
+    """DCGAN-style critic for (B, 8, 8, 1): two stride-2 3x3 convs (8->4->2), each followed by
+    ``activation`` (LeakyReLU 0.2 by default), then a dense layer -> (B,)."""
     c1, c2 = channels, 2 * channels
+    act = _activation(activation)
 
     def init(key):
         k1, k2, k3 = jax.random.split(key, 3)
@@ -107,17 +107,18 @@ def conv_critic(channels: int = 64) -> Model:
         h = x.astype(dtype)
         for name in ("conv1", "conv2"):
             h = jax.lax.conv_general_dilated(h, p[name]["w"], (2, 2), "SAME", dimension_numbers=_DN)
-            h = _leaky(h + p[name]["b"][None, :, None, None])
+            h = act(h + p[name]["b"])
         h = h.reshape(h.shape[0], -1)
         return (h @ p["out"]["w"] + p["out"]["b"])[:, 0].astype(jnp.float32)
 
     return Model(init, apply)
 
 
-def conv_generator(latent_dim: int = 32, channels: int = 64) -> Model:
-    """DCGAN-style generator: z (B, latent_dim) -> dense (2x2) -> two stride-2 transposed convs
-    (2->4->8) -> tanh, output (B, 1, 8, 8)."""
+def conv_generator(latent_dim: int = 32, channels: int = 64, activation: str = "relu") -> Model:
+    """DCGAN-style generator: z (B, latent_dim) -> dense (2x2) -> ``activation`` -> two stride-2
+    transposed convs (2->4->8), ``activation`` between them -> tanh, output (B, 8, 8, 1)."""
     c1, c2 = 2 * channels, channels
+    act = _activation(activation)
 
     def init(key):
         k1, k2, k3 = jax.random.split(key, 3)
@@ -126,12 +127,12 @@ def conv_generator(latent_dim: int = 32, channels: int = 64) -> Model:
 
     def apply(params, z, dtype=jnp.float32):
         p = _cast(params, dtype)
-        h = jax.nn.relu(z.astype(dtype) @ p["proj"]["w"] + p["proj"]["b"])
-        h = h.reshape(h.shape[0], c1, 2, 2)
+        h = act(z.astype(dtype) @ p["proj"]["w"] + p["proj"]["b"])
+        h = h.reshape(h.shape[0], 2, 2, c1)
         h = jax.lax.conv_transpose(h, p["up1"]["w"], (2, 2), "SAME", dimension_numbers=_DN)
-        h = jax.nn.relu(h + p["up1"]["b"][None, :, None, None])
+        h = act(h + p["up1"]["b"])
         h = jax.lax.conv_transpose(h, p["up2"]["w"], (2, 2), "SAME", dimension_numbers=_DN)
-        return jnp.tanh(h + p["up2"]["b"][None, :, None, None]).astype(jnp.float32)
+        return jnp.tanh(h + p["up2"]["b"]).astype(jnp.float32)
 
     return Model(init, apply)
 

@@ -92,6 +92,7 @@ class NaiveTrainer:
             alpha = jax.random.uniform(k_alpha, (real.shape[0],), jnp.float32)
             alpha = alpha.reshape((-1,) + (1,) * (real.ndim - 1))
             points = real + alpha * (fake - real)
+        points = points.astype(cfg.dtype)   # as in the trainer: input-gradients in the compute dtype
         penalty = naive_gradient_penalty(critic, points, kind=cfg.gp_kind, target=cfg.gp_target,
                                          weight=weight)
         return penalty - wasserstein, (wasserstein, penalty, points)

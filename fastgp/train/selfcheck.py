@@ -1,10 +1,12 @@
 """Self-check: the sharded trainer must equal the plain one-device trainer, step for step.
 
     python -m fastgp.train.selfcheck --devices 8 --steps 5 --batch-size 64      # one JSON line; exit 1 if off
+    python -m fastgp.train.selfcheck --dataset digits --devices 2 --batch-size 32  # conv critic
 
-:func:`run_check` trains the same toy WGAN-GP (MLPs on 8 Gaussians) from the same seed with
-``fastgp.train.trainer.Trainer`` on a ``devices``-long mesh and with ``fastgp.train.naive_trainer.NaiveTrainer``
-on one device, and reports the largest relative differences of: every step's critic loss, penalty,
+:func:`run_check` trains the same WGAN-GP (small MLPs on 8 Gaussians, or the digits recipe's conv
+pair on 8x8 digits) from the same seed with ``fastgp.train.trainer.Trainer`` on a
+``devices``-long mesh and with ``fastgp.train.naive_trainer.NaiveTrainer`` on one device, and
+reports the largest relative differences of: every step's critic loss, penalty,
 Wasserstein estimate and generator loss (as seen by every core); each core's input-gradient norm
 mean/min/max against the same statistics of the naive per-sample norms on that core's slice of the
 global batch; the first critic and generator gradients; the parameters and the parameter updates
@@ -13,11 +15,12 @@ global batch; the first critic and generator gradients; the parameters and the p
 A relative difference is ``max|a - b| / max|b|`` per array (the floor ``1e-6 * max|b|`` over the
 pytree keeps exactly-zero reference leaves, such as the critic's output bias gradient, finite).
 
-The toy networks use GELU, which is curved everywhere. With piecewise-linear activations a
-hidden unit that stays in one linear piece over the whole batch has a bias gradient that is exactly
-zero in exact arithmetic (its Wasserstein terms cancel and the input-gradient does not depend on
-it); in float32 it is rounding noise, which Adam's normalisation turns into +-lr steps of random
-sign, so the two paths would disagree on that parameter for a reason unrelated to sharding.
+The check's networks use GELU (the recipes' use ReLU and LeakyReLU), which is curved everywhere.
+With piecewise-linear activations a hidden unit that stays in one linear piece over the whole
+batch has a bias gradient that is exactly zero in exact arithmetic (its Wasserstein terms cancel
+and the input-gradient does not depend on it); in float32 it is rounding noise, which Adam's
+normalisation turns into +-lr steps of random sign, so the two paths would disagree on that
+parameter for a reason unrelated to sharding.
 
 Tolerances, float32: the two paths do the same arithmetic except for the order of reductions
 (per-core partial sums then psum, versus one sum over the global batch) and the kernel's blocked
@@ -26,10 +29,19 @@ three seeds: losses, norms and first gradients <= 3e-6, parameter updates after 
 <= 2e-5 (that floor is one ulp of a parameter of size ~0.1-1 against an update of ~5e-3 with
 lr 1e-3). Thresholds: 1e-5 for first gradients, 1e-4 for values after updates, which still sit
 orders of magnitude below any scaling bug (a factor of 2 or n_devices is a difference >= 0.5).
-bfloat16: both paths compute in bfloat16, where the order of the batch sums in the weight
-gradients alone moves values by ~1e-2; losses, norms, gradients and parameters must agree to
-5e-2 ("close-ish", still catching any scaling bug). Parameter updates are reported but not gated
-in bfloat16: gradient entries near zero carry ~100% rounding error that Adam turns into +-lr steps.
+Digits: the penalty sees (B_local, 8, 8, 1) input-gradients; a per-core batch above 128 (e.g.
+192) splits the kernel's grid into two batch blocks, the last ragged (``kernels.tiling``).
+Measured on 2 devices, 2 iterations of 2 critic steps, global batch 32, float32: within the
+float32 bounds (parameter updates 3e-5; the same networks with ReLU/LeakyReLU reach 1e-4 to
+2e-4). At a per-core batch of 192 the conv gradients' summation order alone moves float32
+parameter updates by 1e-4 to 6e-4 (Adam divides each entry by its own size), so that shape is
+checked in bfloat16.
+
+bfloat16: both paths compute in bfloat16 (the penalty's points too, so the input-gradients the
+kernel reads are bfloat16), where the order of the batch sums in the weight gradients alone moves
+values by ~1e-2; losses, norms, gradients and parameters must agree to 5e-2 ("close-ish", still
+catching any scaling bug). Parameter updates are reported but not gated in bfloat16: gradient
+entries near zero carry ~100% rounding error that Adam turns into +-lr steps.
 """
 
 import argparse
@@ -43,18 +55,24 @@ import time
 import jax
 import numpy as np
 
-from fastgp.train.data import sample_toy
-from fastgp.train.models import mlp
+from fastgp.train.data import load_digits, sample_toy
+from fastgp.train.models import conv_critic, conv_generator, mlp
 from fastgp.train.naive_trainer import NaiveTrainer
-from fastgp.train.state import TrainConfig
+from fastgp.train.recipes import DIGITS_CHANNELS, DIGITS_RECIPE
+from fastgp.train.state import TrainConfig, index_sampler
 from fastgp.train.trainer import Trainer, make_mesh
 
+DATASETS = ("8gaussians", "digits")
+
 # Per precision: the bound for each reported difference (None: reported, not gated).
+# bf16 gates the gradients, not the parameters after Adam: Adam's first update of an entry is
+# about lr * sign(g), so a gradient entry near 0 whose sign bf16 rounding flips moves it by 2 lr,
+# the whole scale of a zero-initialised bias.
 TOLERANCES = {
     "f32": {"critic_grads": 1e-5, "generator_grads": 1e-5, "values": 1e-4,
             "param_updates": 1e-4},
     "bf16": {"critic_grads": 5e-2, "generator_grads": 5e-2, "values": 5e-2,
-             "param_updates": None},
+             "params": None, "param_updates": None},
 }
 
 
@@ -92,13 +110,24 @@ def toy_problem(config: TrainConfig):
     return generator, critic, lambda key, n: sample_toy("8gaussians", key, n)
 
 
+def digits_problem(config: TrainConfig):
+    """(generator, critic, sample_real) of the conv check: the digits recipe's NHWC conv pair
+    (``fastgp.train.recipes``) with GELU, on sklearn's 8x8 digits (B, 8, 8, 1)."""
+    return (conv_generator(config.latent_dim, DIGITS_CHANNELS, "gelu"),
+            conv_critic(DIGITS_CHANNELS, "gelu"), index_sampler(load_digits()))
+
+
 def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_critic: int = 5,
               gp_kind: str = "wgan-gp", gp_every: int = 1, precision: str = "f32",
-              lr: float = 1e-3, seed: int = 0, second_order: str = "reverse-over-forward") -> dict:
+              lr: float = 1e-3, seed: int = 0, second_order: str = "reverse-over-forward",
+              dataset: str = "8gaussians") -> dict:
     """Train ``steps`` generator iterations both ways; a JSON-ready dict with ``ok`` the verdict.
 
     ``backend=None`` runs the Pallas kernel: "tpu-interpret" on CPU, "auto" elsewhere.
+    ``dataset``: "8gaussians" (GELU MLPs) or "digits" (conv critic and generator).
     """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown check dataset {dataset!r}; valid: {', '.join(DATASETS)}")
     available = jax.devices()
     if devices > len(available):
         raise ValueError(f"the check needs {devices} devices but only {len(available)} are "
@@ -106,10 +135,11 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
                          f"{devices} before JAX starts (python -m fastgp.train.selfcheck does this)")
     if backend is None:
         backend = "tpu-interpret" if jax.default_backend() == "cpu" else "auto"
+    latent = {"latent_dim": DIGITS_RECIPE["latent_dim"]} if dataset == "digits" else {}
     config = TrainConfig(batch_size=batch_size, n_critic=n_critic, gp_kind=gp_kind,
                          gp_every=gp_every, precision=precision, backend=backend, lr_g=lr,
-                         lr_d=lr, seed=seed, second_order=second_order)
-    problem = toy_problem(config)
+                         lr_d=lr, seed=seed, second_order=second_order, **latent)
+    problem = toy_problem(config) if dataset == "8gaussians" else digits_problem(config)
     sharded = Trainer(config, *problem, mesh=make_mesh(available[:devices]))
     naive = NaiveTrainer(config, *problem)
 
@@ -152,6 +182,7 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
                  "platform": available[0].platform,
                  "devices": [str(d) for d in sharded.mesh.devices.flat]},
         "config": dataclasses.asdict(config),
+        "dataset": dataset,
         "steps": steps,
         "nonfinite_norms": int(np.sum(metrics["nonfinite"])),
         # wall time of each path, compilation included
@@ -161,6 +192,8 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
 
 def _parser():
     p = argparse.ArgumentParser(prog="python -m fastgp.train.selfcheck", description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", default="8gaussians", choices=DATASETS,
+                   help="8gaussians (small GELU MLPs) or digits (the conv critic and generator)")
     p.add_argument("--devices", type=int, default=8, help="mesh size (CPU devices are simulated)")
     p.add_argument("--steps", type=int, default=5, help="generator iterations K")
     p.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch size")
@@ -211,7 +244,7 @@ def main(argv=None) -> int:
     result = run_check(args.devices, args.steps, args.batch_size, backend=args.backend,
                        n_critic=args.n_critic, gp_kind=args.gp_kind, gp_every=args.gp_every,
                        precision=args.precision, lr=args.lr, seed=args.seed,
-                       second_order=args.second_order)
+                       second_order=args.second_order, dataset=args.dataset)
     print(json.dumps(result), flush=True)
     return 0 if result["ok"] else 1
 

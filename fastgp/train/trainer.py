@@ -128,11 +128,14 @@ class Trainer:
                              check_vma=True)
 
     def _real_batches(self, state):
-        """(n_critic, B, ...) real data of this iteration's critic steps, GLOBAL batch."""
-        return jnp.stack([
-            self.sample_real(critic_keys(state.key, state.iteration, step)[0],
-                             self.config.batch_size).astype(jnp.float32)
-            for step in range(self.config.n_critic)])
+        """(n_critic, B, ...) real data of this iteration's critic steps, GLOBAL batch.
+
+        One vmapped draw over the critic steps' keys (the same bits as one draw per key), so the
+        program does not grow with ``n_critic``."""
+        steps = jnp.arange(self.config.n_critic, dtype=jnp.int32)
+        keys = jax.vmap(lambda step: critic_keys(state.key, state.iteration, step)[0])(steps)
+        draw = jax.vmap(lambda key: self.sample_real(key, self.config.batch_size))
+        return draw(keys).astype(jnp.float32)
 
     # --- inside shard_map ----------------------------------------------------------------------
 
@@ -162,6 +165,9 @@ class Trainer:
             cfg = self.config
             points = real if cfg.gp_kind == "r1" else interpolate(k_alpha, real, fake,
                                                                   axis_name=AXIS)
+            # In the compute dtype: the input-gradients, the penalty's operand, are then bf16
+            # under bf16 and reach the kernel as such (float32 sums inside it).
+            points = points.astype(cfg.dtype)
             penalty, norms = gradient_penalty_and_norms(
                 critic, points, kind=cfg.gp_kind, target=cfg.gp_target, weight=weight,
                 backend=self.backend, axis_name=AXIS, second_order=cfg.second_order)
