@@ -11,13 +11,11 @@ that the kernel's operand is a bitcast of the leaf, not a relayout copy:
                                     B in the lanes (measured on v4, v5e, v5p, v6e and TPU7x)
     any other leaf                  ``row_sumsq`` of its (B, D) reshape, a relayout copy
 
-``"auto"`` takes the kernel on TPU only for image leaves, where the compiled whole critic steps
-show it no worse than XLA (no extra copy ops or flops; bytes within 0.5 %: the kernel's one read
-of g, which XLA otherwise fuses into the convolution that produces g). Dense (B, D) leaves stay on
-XLA (the same read is 1-4 % of a dense critic's step), and so does every other shape, CUDA (until
-the Triton kernel has been run and timed on a GPU) and every other platform. The leaf's class is
-decided from its static shape at trace time, the platform by ``lax.platform_dependent`` at
-lowering time, so ahead-of-time export for TPU from a CPU host gets the kernel.
+``"auto"`` is XLA on every platform today, because that is what the measurements favour. On TPU
+the compiled whole critic steps (``benchmarks/tpu_compile.py``) show XLA fusing the per-sample
+reduction into the fusion that writes g, so it costs no read of its own, while the kernel reads g
+once more: flops and copy ops are equal, bytes 0.2-0.4 % higher for image critics and 1.1-1.3 %
+for a dense one with the kernel. On CUDA the Triton kernel has not been run and timed on a GPU.
 ``"pallas"`` runs the TPU kernels on every leaf on TPU and the Triton kernel on CUDA, and fails
 to lower, with a ValueError naming the alternatives, anywhere else.
 """
@@ -82,11 +80,6 @@ def _gpu_sumsq(interpret):
     return lambda leaf: penalty_gpu.row_sumsq(_as_rows(leaf), interpret=interpret)
 
 
-def _tpu_auto(leaf):
-    """The TPU kernel where it is no worse than XLA (image leaves), XLA otherwise."""
-    return _tpu_sumsq(False)(leaf) if image_channel_axis(leaf.shape) is not None else xla_sumsq(leaf)
-
-
 # A primitive whose only job is to fail, with a clear message, when lowered for a platform that
 # the requested backend cannot run on. Tracing it is fine: lax.platform_dependent traces every
 # branch but lowers only the ones for the platforms being compiled.
@@ -106,7 +99,7 @@ def _unsupported(backend: str) -> Callable:
     message = (f"backend={backend!r} runs the Pallas TPU or GPU kernels, but this program is being "
                f"lowered for another platform ({jax.default_backend()!r} by default). Use "
                f"backend='interpret' or 'tpu-interpret' to run the kernel on CPU, 'xla' for plain "
-               f"JAX, or 'auto' to pick per platform.")
+               f"JAX, or 'auto' (the default, XLA today).")
 
     def unsupported(leaf):
         # Typed like the kernel's output (manual axes included), so that lax.platform_dependent
@@ -127,7 +120,7 @@ def _per_platform(tpu: Callable, cuda: Callable, default: Callable) -> Callable:
 
 def resolve(backend: str) -> Callable:
     """The per-leaf sum of squares for a backend name; raises ValueError for an unknown name."""
-    if backend == "xla":
+    if backend in ("xla", "auto"):
         return xla_sumsq
     if backend == "interpret":
         return _tpu_sumsq(True)
@@ -137,8 +130,6 @@ def resolve(backend: str) -> Callable:
         return _gpu_sumsq(True)
     if backend == "pallas":
         return _per_platform(_tpu_sumsq(False), _gpu_sumsq(False), _unsupported(backend))
-    if backend == "auto":
-        return _per_platform(_tpu_auto, xla_sumsq, xla_sumsq)
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 

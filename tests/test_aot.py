@@ -4,6 +4,7 @@ The real Mosaic compiler runs here: misaligned blocks, VMEM overflow and layout 
 the surrounding XLA program surface as compile errors, per generation.
 """
 
+import functools
 import pathlib
 import re
 import sys
@@ -109,15 +110,17 @@ def kernel_operand_producers(hlo_text):
 @pytest.mark.parametrize("generation", GENERATIONS)
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_bf16_image_critic_step_reads_g_where_the_convolution_wrote_it(generation, layout):
-    """The shape where a (B, D) bf16 tiling failed on TPU7x inside a whole step. The default
-    backend puts the kernel in the program, and its operand is the fusion that writes the input
-    gradient (through a bitcast), not a relayout copy."""
+    """The shape where a (B, D) bf16 tiling failed on TPU7x inside a whole step. The kernel's
+    operand is the fusion that writes the input gradient (through a bitcast), not a relayout
+    copy; the default backend's program has no kernel (see fastgp.backends)."""
     image = (3, 64, 64) if layout == "NCHW" else (64, 64, 3)
     params = conv_params(image, layout, jnp.bfloat16, channels=4)
     x = jax.ShapeDtypeStruct((64, *image), jnp.bfloat16)
 
-    def loss(p, x):
-        return penalty.gradient_penalty(lambda y: conv_critic(layout)(p, y), x)
+    def loss(p, x, backend):
+        return penalty.gradient_penalty(lambda y: conv_critic(layout)(p, y), x, backend=backend)
 
-    text = compile_text(generation, jax.value_and_grad(loss), params, x)
-    assert kernel_operand_producers(text) == ["fusion"]
+    step = functools.partial(jax.value_and_grad(loss), backend="pallas")
+    assert kernel_operand_producers(compile_text(generation, step, params, x)) == ["fusion"]
+    step = functools.partial(jax.value_and_grad(loss), backend="auto")
+    assert kernel_operand_producers(compile_text(generation, step, params, x)) == []

@@ -123,7 +123,8 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
               dataset: str = "8gaussians") -> dict:
     """Train ``steps`` generator iterations both ways; a JSON-ready dict with ``ok`` the verdict.
 
-    ``backend=None`` runs the Pallas kernel: "tpu-interpret" on CPU, "auto" elsewhere.
+    ``backend=None`` runs the Pallas kernel: "tpu-interpret" on CPU, "pallas" on TPU and GPU
+    (the default "auto" is XLA everywhere, so the check forces the kernel to exercise it).
     ``dataset``: "8gaussians" (GELU MLPs) or "digits" (conv critic and generator).
     """
     if dataset not in DATASETS:
@@ -134,7 +135,7 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
                          f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
                          f"{devices} before JAX starts (python -m fastgp.train.selfcheck does this)")
     if backend is None:
-        backend = "tpu-interpret" if jax.default_backend() == "cpu" else "auto"
+        backend = "tpu-interpret" if jax.default_backend() == "cpu" else "pallas"
     latent = {"latent_dim": DIGITS_RECIPE["latent_dim"]} if dataset == "digits" else {}
     config = TrainConfig(batch_size=batch_size, n_critic=n_critic, gp_kind=gp_kind,
                          gp_every=gp_every, precision=precision, backend=backend, lr_g=lr,
