@@ -253,6 +253,7 @@ def _gone(pid):
     (["train", "--gp-weight", "-1"], "--gp-weight", "must be a finite number >= 0"),
     (["train", "--steps", "many"], "--steps", "must be a positive integer"),
     (["train", "--backend", "cuda"], "--backend", "invalid choice: 'cuda'"),
+    (["check", "--dataset", "swissroll"], "--dataset", "invalid choice: 'swissroll'"),
     (["check", "--devices", "0"], "--devices", "must be a positive integer, got 0"),
     (["check", "--processes", "2", "--backend", "tpu-interpret"], "--backend",
      "runs within one process only"),
@@ -306,6 +307,59 @@ def test_too_many_critic_steps_name_the_steps_flag(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("fastgp train: error: --steps 900000000: total_steps x n_critic = "
                           "900000000 x 5 = 4500000000 critic steps"), err
+
+
+def test_check_forwards_dataset_digits(monkeypatch):
+    """``fastgp check --dataset digits`` reaches the self-check (conv critic) with the flag."""
+    from fastgp.train import selfcheck
+
+    seen = []
+
+    def fake_main(argv):
+        seen.append(argv)
+        return 0
+
+    monkeypatch.setattr(selfcheck, "main", fake_main)
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    assert main(["check", "--dataset", "digits", "--steps", "1"]) == 0
+    argv = seen[-1]
+    assert argv[argv.index("--dataset") + 1] == "digits"
+    assert selfcheck._parser().parse_args(argv).dataset == "digits"
+    assert main(["check", "--steps", "1"]) == 0
+    assert seen[-1][seen[-1].index("--dataset") + 1] == "8gaussians"
+
+
+def _strict_json(text):
+    def refuse(constant):
+        raise ValueError(f"non-strict JSON constant {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.slow
+def test_digits_run_logs_the_digits_metric(tmp_path):
+    """A short digits run evaluates the two-sample test and class coverage at --eval-every and at
+    the end, on at least the metric's 898 samples, into metrics.jsonl and summary.json."""
+    proc = fastgp("train", "--dataset", "digits", "--steps", "4", "--log-every", "2",
+                  "--eval-every", "2", "--eval-samples", "100", "--checkpoint-every", "4",
+                  "--no-progress", "--out", str(tmp_path), timeout=600)
+    summary = last_json(proc.stdout)
+    keys = ("c2st_accuracy", "c2st_floor", "classes_covered", "class_entropy")
+    records = [_strict_json(line) for line in
+               (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4]
+    for r in records:
+        assert set(keys) <= set(r), r
+        assert 0.4 <= r["c2st_floor"] <= 0.6 and r["c2st_floor"] <= r["c2st_accuracy"] <= 1.0
+        assert 0 <= r["classes_covered"] <= 10 and 0.0 <= r["class_entropy"] <= 1.0
+    stored = _strict_json((tmp_path / "summary.json").read_text())
+    assert stored == summary and stored["steps"] == 4 and stored["dataset"] == "digits"
+    assert {k: stored[k] for k in keys} == {k: records[-1][k] for k in keys}
+    assert stored["c2st_samples"] == 898 and len(stored["class_histogram"]) == 10
+    assert sum(stored["class_histogram"]) == 898          # --eval-samples 100 is raised to 898
+    assert list(stored).index("c2st_floor") == list(stored).index("c2st_accuracy") + 1
+    assert np.load(tmp_path / "samples.npy").shape == (2500, 8, 8, 1)
+    assert (tmp_path / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_busy_port_is_a_clear_error(capsys):

@@ -57,3 +57,25 @@ def test_deterministic_and_clear_errors(metric):
     samples[5, 3] = np.nan
     with pytest.raises(ValueError, match="1 of 900 samples are not finite"):
         metric(samples)
+
+
+def test_runs_train_on_the_first_half_only(metric):
+    """``load_digits(split=...)`` are the metric's halves, and the digits recipe samples only the
+    first: the two-sample test's reference is held out from training."""
+    import jax
+
+    from fastgp.train.data import digit_split
+    from fastgp.train.recipes import build_problem, default_config
+
+    train, held_out = digit_split()
+    np.testing.assert_array_equal(metric.train_index, train)
+    np.testing.assert_array_equal(metric.held_out_index, held_out)
+    assert len(train) == 899 and len(held_out) == 898 and not set(train) & set(held_out)
+    np.testing.assert_array_equal(load_digits(split="train").reshape(-1, 64), metric.train_images)
+    np.testing.assert_array_equal(load_digits(split="held_out").reshape(-1, 64), metric.held_out)
+    problem = build_problem("digits", default_config("digits"))
+    drawn = np.asarray(problem.sample_real(jax.random.PRNGKey(0), 512)).reshape(-1, 64)
+    first = {row.tobytes() for row in metric.train_images}
+    assert all(row.tobytes() in first for row in drawn)
+    with pytest.raises(ValueError, match="unknown digits split 'test'"):
+        load_digits(split="test")

@@ -2,7 +2,12 @@
 
     sample_toy(name, key, n)  -> (n, 2) float32, jittable, key-driven
     toy_modes(name)           -> (centers (M, 2) float32, sigma), in data coordinates
-    load_digits()             -> (1797, 8, 8, 1) float32 in [-1, 1], NHWC
+    load_digits(split=None)   -> (1797, 8, 8, 1) float32 in [-1, 1], NHWC; split "train" (899)
+                                 or "held_out" (898): the class-stratified halves of digit_split
+    digit_split(seed=0)       -> (train rows, held-out rows) of load_digits()
+
+A digits run trains on the "train" half only: the "held_out" half is the real reference of the
+two-sample test in ``fastgp.train.digit_quality``, so the generator never saw it.
 """
 
 import math
@@ -64,12 +69,37 @@ def toy_modes(name: str) -> tuple[np.ndarray, float]:
     return (centers / divisor).astype(np.float32), std / divisor
 
 
-def load_digits() -> np.ndarray:
-    """scikit-learn's 8x8 digits (bundled, no download): (N, 8, 8, 1) float32 in [-1, 1], NHWC."""
+DIGIT_SPLITS = ("train", "held_out")
+
+
+def _sklearn_digits():
     from sklearn.datasets import load_digits as _sk_load_digits
 
-    images = _sk_load_digits().images.astype(np.float32)  # pixel values 0..16
-    return (images / 8.0 - 1.0)[..., None]
+    return _sk_load_digits()
 
 
-__all__ = ["DATASETS", "TOY_DATASETS", "load_digits", "sample_toy", "toy_modes"]
+def digit_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, held-out rows) of :func:`load_digits`: two class-stratified halves (the
+    held-out one 898 of the 1797 digits), fixed by ``seed``."""
+    from sklearn.model_selection import train_test_split
+
+    target = _sklearn_digits().target
+    return train_test_split(np.arange(len(target)), test_size=len(target) // 2, stratify=target,
+                            random_state=seed)
+
+
+def load_digits(split: str | None = None) -> np.ndarray:
+    """scikit-learn's 8x8 digits (bundled, no download): (N, 8, 8, 1) float32 in [-1, 1], NHWC.
+
+    ``split``: None (all 1797), "train" or "held_out" (the halves of :func:`digit_split`)."""
+    if split is not None and split not in DIGIT_SPLITS:
+        raise ValueError(f"unknown digits split {split!r}; valid: None, {', '.join(DIGIT_SPLITS)}")
+    images = _sklearn_digits().images.astype(np.float32)  # pixel values 0..16
+    images = (images / 8.0 - 1.0)[..., None]
+    if split is None:
+        return images
+    return images[digit_split()[DIGIT_SPLITS.index(split)]]
+
+
+__all__ = ["DATASETS", "DIGIT_SPLITS", "TOY_DATASETS", "digit_split", "load_digits",
+           "sample_toy", "toy_modes"]

@@ -32,7 +32,8 @@ def metrics_record(step: int, wall_s: float, metrics, quality=None) -> dict:
     Losses are the last critic / generator step's (core 0; every core holds the same global
     value). ``norm_mean/min/max`` are per core (lists of N) at the last critic step that applied
     the penalty (null when none did); ``nonfinite`` counts each core's non-finite norms over the
-    whole chunk. ``quality`` (2-D mixtures): modes, total_modes, high_quality.
+    whole chunk. ``quality``: modes, total_modes, high_quality (2-D mixtures); c2st_accuracy,
+    c2st_floor, classes_covered, class_entropy (digits).
     """
     m = {name: np.asarray(value) for name, value in metrics.items()}
     critic = lambda name: m[name].reshape((-1,) + m[name].shape[2:])  # noqa: E731 (I*C, N)

@@ -24,6 +24,9 @@ def describe(record: dict) -> str:
         text += f"  non-finite {sum(record['nonfinite'])}"
     if "modes" in record:
         text += f"  modes {record['modes']}/{record['total_modes']} hq {record['high_quality']:.1f}%"
+    if "c2st_accuracy" in record:
+        text += (f"  C2ST {record['c2st_accuracy']:.3f} (floor {record['c2st_floor']:.3f}) "
+                 f"classes {record['classes_covered']}/10")
     return text
 
 

@@ -86,8 +86,8 @@ class RunOptions:
 
 
 def default_backend() -> str:
-    """"xla" on CPU (the fast path there; the kernel's interpret modes are for checks), else
-    "auto" (the Pallas kernel where the program is lowered for TPU or GPU)."""
+    """"xla" on CPU (the kernel's interpret modes are for checks), else "auto" (today XLA too:
+    see ``fastgp.backends`` for the compiled figures behind it; ``pallas`` forces the kernel)."""
     return "xla" if jax.default_backend() == "cpu" else "auto"
 
 
@@ -261,12 +261,23 @@ def _next_stop(it: int, end: int, *periods) -> int:
     return min([end] + [(it // p + 1) * p for p in periods if p])
 
 
+# Digits-metric keys logged in metrics.jsonl (the summary holds the whole metric).
+DIGITS_RECORD = ("c2st_accuracy", "c2st_floor", "classes_covered", "class_entropy")
+
+
 class _Evaluator:
-    """Host-side evaluation on this process's copy of the parameters (no collectives)."""
+    """Host-side evaluation on this process's copy of the parameters (no collectives).
+
+    Gaussian mixtures: modes captured and high-quality share (``fastgp.train.quality``). Digits:
+    ``fastgp.train.digit_quality.DigitQuality`` (built at the first evaluation, then reused) on at
+    least its ``n_samples`` generator samples. Swiss roll: no evaluation."""
 
     def __init__(self, dataset, config, problem, n):
         self.config, self.problem, self.n = config, problem, n
+        self.dataset = dataset
         self.modes = None if problem.image or dataset == "swissroll" else toy_modes(dataset)
+        self._digits = None
+        self._last = None           # (step, quality) of the latest evaluation
         self.key = jax.random.PRNGKey(config.seed + 10_000)
         latent = config.latent_dim
         gen, critic = problem.generator, problem.critic
@@ -279,12 +290,53 @@ class _Evaluator:
     def samples(self, g_params, n=None):
         return np.asarray(self._sample(g_params, self.key, n or self.n), np.float32)
 
-    def quality(self, g_params):
-        """{"modes", "high_quality", "total_modes"} for Gaussian mixtures, else None."""
-        if self.modes is None:
+    @property
+    def evaluates(self) -> bool:
+        """Whether this dataset has a quality evaluation (runs stop at --eval-every for it)."""
+        return self.modes is not None or self.dataset == "digits"
+
+    def digits_metric(self):
+        if self._digits is None:
+            from fastgp.train.digit_quality import DigitQuality
+
+            self._digits = DigitQuality()
+        return self._digits
+
+    def quality(self, g_params, step):
+        """The quality of the generator at ``step`` (computed once per step), or None.
+
+        Gaussian mixtures: {"modes", "high_quality", "total_modes"}; digits: the
+        ``DigitQuality`` metric (C2ST accuracy and its real-vs-real floor, class coverage)."""
+        if not self.evaluates:
             return None
-        q = mode_quality(self.samples(g_params), *self.modes)
-        return {**q, "high_quality": round(q["high_quality"], 2)}
+        if self._last is not None and self._last[0] == step:
+            return self._last[1]
+        if self.modes is not None:
+            q = mode_quality(self.samples(g_params), *self.modes)
+            q = {**q, "high_quality": round(q["high_quality"], 2)}
+        else:
+            metric = self.digits_metric()
+            q = metric(self.samples(g_params, max(self.n, metric.n_samples)))
+        self._last = (step, q)
+        return q
+
+    @staticmethod
+    def record(quality):
+        """The part of ``quality`` that goes into a metrics.jsonl line."""
+        if quality is None or "c2st_accuracy" not in quality:
+            return quality
+        return {k: quality[k] for k in DIGITS_RECORD}
+
+    @staticmethod
+    def headline(quality) -> str:
+        """``quality`` in a few words, for the figure's title ("" if None)."""
+        if quality is None:
+            return ""
+        if "modes" in quality:
+            return (f", {quality['modes']}/{quality['total_modes']} modes, "
+                    f"{quality['high_quality']:.1f}% high quality")
+        return (f", C2ST {quality['c2st_accuracy']:.3f} (real vs real "
+                f"{quality['c2st_floor']:.3f}), {quality['classes_covered']}/10 classes")
 
     def figure(self, path, state, records, title):
         g_params, d_params = state.g_params, state.d_params
@@ -376,7 +428,7 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
     with RunProgress(total, it, enabled=primary and options.progress) as bar:
         while it < end:
             stop_at = _next_stop(it, end, options.log_every, options.checkpoint_every,
-                                 options.eval_every if evaluator.modes is not None else None)
+                                 options.eval_every if evaluator.evaluates else None)
             try:
                 state, metrics = trainer.run(state, stop_at - it)
                 metrics = jax.device_get(metrics)
@@ -392,10 +444,10 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
             it = stop_at
             if primary:
                 quality = None
-                if fault is None and evaluator.modes is not None and (
+                if fault is None and evaluator.evaluates and (
                         it % options.eval_every == 0 or it == end):
-                    quality = evaluator.quality(host_copy(state.g_params))
-                record = outputs.metrics_record(it, wall(), metrics, quality)
+                    quality = evaluator.quality(host_copy(state.g_params), it)
+                record = outputs.metrics_record(it, wall(), metrics, evaluator.record(quality))
                 _write(f"{log.path}", log.append, record)
                 bar.update(it, record)
             if fault is not None:
@@ -421,13 +473,11 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
     host = host_copy(state)
     samples = evaluator.samples(host.g_params, max(options.eval_samples, 2500))
     _write(f"{out / outputs.SAMPLES}", outputs.write_samples, out, samples)
-    quality = evaluator.quality(host.g_params)
+    quality = evaluator.quality(host.g_params, it)
     if quality is not None:
         summary.update(quality)
     summary["train_s"] = round(train_s, 1)
-    title = f"{dataset}: {it} generator steps" + (
-        f", {quality['modes']}/{quality['total_modes']} modes, {quality['high_quality']:.1f}% "
-        f"high quality" if quality else "")
+    title = f"{dataset}: {it} generator steps" + evaluator.headline(quality)
     _write(f"{out / outputs.FIGURE}", evaluator.figure, out / outputs.FIGURE, host, log.records,
            title)
     summary.update(wall_s=round(wall(), 1), out=str(out))

@@ -1,9 +1,10 @@
 """The data-parallel WGAN-GP trainer: every step under ``jax.shard_map`` over a 1-D "data" mesh.
 
-    trainer = Trainer(config, generator, critic, sample_real, mesh=None)
+    trainer = Trainer(config, generator, critic, sample_real, mesh=None, fused=None)
     state = trainer.init()                                  # replicated TrainState
     state = trainer.replicate(restored_state)               # e.g. after loading a checkpoint
-    state, metrics = trainer.run(state, iterations)         # fused: lax.scan over iterations
+    state, metrics = trainer.run(state, iterations)         # ``iterations`` generator iterations
+    state, metrics = trainer.iteration(state)               # one, compiled without a loop
     samples = trainer.sample(state, key, n)                 # (n, ...) float32 generator output
     state, metrics = trainer.critic_step(state, real, step) # one sharded critic step (B, ...)
     critic_grads, generator_grads = trainer.gradients(state)   # first grads, no update
@@ -16,6 +17,16 @@ core uses its slice; losses are global means; parameter gradients are ``jax.grad
 ``shard_map`` (``check_vma=True``) of the psum'd global-mean loss, which makes them the
 single-device gradients with no hand-written scaling. ``fastgp.train.selfcheck`` verifies all of that against
 ``fastgp.train.naive_trainer``.
+
+``run`` goes one of two ways, the same steps and random numbers (``fused``; None: by the mesh's
+platform). Fused (TPU, GPU): ``run(state, I)`` is one compiled ``lax.scan`` over the I iterations,
+each a ``lax.scan`` over the critic steps: one dispatch, a program that does not grow with I or
+n_critic. Unfused (CPU): ``run`` calls ``iteration``, ONE generator iteration compiled with its
+critic steps written out (no loop in the program), I times. XLA:CPU lays out the weight-gradient
+convolutions inside a loop body for a slow path (the digits conv pair: 3.5-4x slower per
+iteration in the scan than written out), and a dispatch per iteration costs little there.
+Written out, a ``gp_every`` that divides ``n_critic`` decides the lazy penalty of each critic step
+at trace time (no ``lax.cond``). ``run.lower`` lowers the fused program either way.
 
 ``metrics`` from ``run`` (I = iterations, C = n_critic, N = devices; gathered from every core):
     critic_loss, penalty, wasserstein          (I, C, N) float32  global values, as seen by core n
@@ -66,7 +77,8 @@ class Trainer:
     ``gradients`` wait for their results before returning (``fastgp.interpret_mode``).
     """
 
-    def __init__(self, config: TrainConfig, generator, critic, sample_real, *, mesh=None):
+    def __init__(self, config: TrainConfig, generator, critic, sample_real, *, mesh=None,
+                 fused: bool | None = None):
         mesh = make_mesh() if mesh is None else mesh
         if tuple(mesh.axis_names) != (AXIS,):
             raise ValueError(f"the mesh must have exactly one axis named {AXIS!r}, got axes "
@@ -85,7 +97,11 @@ class Trainer:
         self._opt_g, self._opt_d = optimizers(config)
         self._replicated = NamedSharding(mesh, P())
         self._batched = NamedSharding(mesh, P(None, AXIS))
-        self.run = blocking(jax.jit(self._run, static_argnums=1), self.backend)
+        devices_of = getattr(mesh, "devices", None)       # an AbstractMesh has none
+        platform = jax.default_backend() if devices_of is None else devices_of.flat[0].platform
+        self.fused = platform != "cpu" if fused is None else bool(fused)
+        self.iteration = blocking(jax.jit(self._unfused_iteration), self.backend)
+        self.run = _Run(self, blocking(jax.jit(self._run, static_argnums=1), self.backend))
         self.critic_step = blocking(
             jax.jit(self._sharded(self._critic_step, (P(), P(AXIS), P()))), self.backend)
         self.gradients = blocking(jax.jit(self._gradients), self.backend)
@@ -109,6 +125,12 @@ class Trainer:
             return iteration(state, _shard(self._real_batches(state), self._batched))
 
         return lax.scan(body, state, None, length=iterations)
+
+    def _unfused_iteration(self, state: TrainState):
+        """One generator iteration, its critic steps written out (no loop); (state, metrics)."""
+        iteration = self._sharded(functools.partial(self._iteration, written_out=True),
+                                  (P(), P(None, AXIS)))
+        return iteration(state, _shard(self._real_batches(state), self._batched))
 
     def _gradients(self, state: TrainState):
         """(critic grads, generator grads) of the first critic step and of the generator step of
@@ -176,19 +198,24 @@ class Trainer:
         return loss, {"critic_loss": loss, "penalty": penalty, "wasserstein": wasserstein, **stats}
 
     def _critic_grads(self, state, real, step, apply_gp, weight):
-        """(grads, local aux) of critic step ``step`` of ``state.iteration`` (lazy GP via cond)."""
+        """(grads, local aux) of critic step ``step`` of ``state.iteration`` (lazy GP: a
+        ``lax.cond`` unless ``apply_gp`` is a Python bool)."""
         keys = critic_keys(state.key, state.iteration, step)
         grad = jax.grad(self._critic_loss, has_aux=True)
 
         def branch(on):
             return lambda: grad(state.d_params, state.g_params, real, keys, weight, on)
 
-        if apply_gp is True:
-            return branch(True)()
+        if isinstance(apply_gp, bool):          # known at trace time: no lax.cond
+            return branch(apply_gp)()
         return lax.cond(apply_gp, branch(True), branch(False))
 
     def _schedule(self, state, step):
-        return gp_schedule(self.config, state.iteration * self.config.n_critic + step)
+        cfg = self.config
+        if isinstance(step, int) and cfg.n_critic % cfg.gp_every == 0:
+            # (iteration * n_critic + step) % gp_every == step % gp_every: known at trace time
+            return gp_schedule(cfg, step)
+        return gp_schedule(cfg, state.iteration * cfg.n_critic + step)
 
     def _critic_step(self, state: TrainState, real, step):
         """One critic update on this core's (B_local, ...) real batch; (state, gathered metrics)."""
@@ -213,11 +240,19 @@ class Trainer:
         state = state._replace(iteration=state.iteration + 1, g_params=g_params, g_opt=g_opt)
         return state, diagnostics.gather({"generator_loss": loss}, AXIS)
 
-    def _iteration(self, state: TrainState, real):
-        """One generator iteration on this core's (n_critic, B_local, ...) real batches."""
-        steps = jnp.arange(self.config.n_critic, dtype=jnp.int32)
-        state, critic_metrics = lax.scan(lambda s, xs: self._critic_step(s, *xs), state,
-                                         (real, steps))
+    def _iteration(self, state: TrainState, real, written_out=False):
+        """One generator iteration on this core's (n_critic, B_local, ...) real batches: the
+        critic steps in a ``lax.scan``, or ``written_out`` one after another."""
+        if not written_out:
+            steps = jnp.arange(self.config.n_critic, dtype=jnp.int32)
+            state, critic_metrics = lax.scan(lambda s, xs: self._critic_step(s, *xs), state,
+                                             (real, steps))
+        else:
+            per_step = []
+            for step in range(self.config.n_critic):
+                state, metrics = self._critic_step(state, real[step], step)
+                per_step.append(metrics)
+            critic_metrics = jax.tree.map(lambda *xs: jnp.stack(xs), *per_step)
         state, generator_metrics = self._generator_step(state)
         return state, {**critic_metrics, **generator_metrics}
 
@@ -227,6 +262,27 @@ class Trainer:
         key = generator_key(state.key, state.iteration, self.config.n_critic)
         generator_grads = jax.grad(self._generator_loss)(state.g_params, state.d_params, key)
         return critic_grads, generator_grads
+
+
+class _Run:
+    """``Trainer.run(state, iterations)``: the fused program, or the compiled iteration called
+    ``iterations`` times (``Trainer.fused``). ``lower(state, iterations)`` lowers the fused
+    program (the one TPU and GPU run) whichever way this trainer runs."""
+
+    def __init__(self, trainer: Trainer, fused_run):
+        self._trainer, self._fused_run = trainer, fused_run
+        self.lower = fused_run.lower
+
+    def __call__(self, state: TrainState, iterations: int):
+        trainer = self._trainer
+        if trainer.fused or iterations < 1:
+            return self._fused_run(state, iterations)
+        steps = []
+        for _ in range(iterations):
+            state, metrics = trainer.iteration(state)
+            steps.append(metrics)
+        # (I, ...) metrics, stacked as the fused scan stacks them
+        return state, jax.tree.map(lambda *xs: jnp.stack(xs), *steps)
 
 
 __all__ = ["AXIS", "Trainer", "make_mesh"]
