@@ -108,6 +108,16 @@ def test_train_writes_every_output(reference):
 
 # --- resume: exactly the uninterrupted run ---------------------------------------------------------
 
+def test_four_device_cpu_run_completes(tmp_path):
+    """One process, 4 CPU devices, the iterations dispatched one by one: XLA:CPU's in-process
+    all-reduce aborted after 40 s when a later iteration was queued behind it (two tries of 300
+    steps of the default recipe both died that way)."""
+    fastgp("train", "--steps", "300", "--devices", "4", "--no-progress",
+           "--out", str(tmp_path / "run"), timeout=300)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["devices"] == 4 and summary["steps"] == 300
+
+
 @pytest.mark.slow
 def test_resume_after_n_steps_equals_uninterrupted_2n(reference, tmp_path):
     fastgp("train", *RUN_FLAGS, "--out", str(tmp_path), "--stop-at", "200")

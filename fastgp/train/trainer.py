@@ -280,6 +280,12 @@ class _Run:
         steps = []
         for _ in range(iterations):
             state, metrics = trainer.iteration(state)
+            if trainer.devices > 1:
+                # XLA:CPU runs the devices' shares of queued programs on one small thread pool:
+                # with a later iteration already dispatched, an all-reduce can wait forever for
+                # participants stuck behind it (a rendezvous abort after 40 s). One program at a
+                # time keeps every collective's participants runnable.
+                jax.block_until_ready(state)
             steps.append(metrics)
         # (I, ...) metrics, stacked as the fused scan stacks them
         return state, jax.tree.map(lambda *xs: jnp.stack(xs), *steps)
