@@ -199,3 +199,24 @@ def test_critic_scores_of_shape_b_by_1_equal_shape_b():
     for a, b in zip(jax.tree.leaves(jax.grad(flat)(params)),
                     jax.tree.leaves(jax.grad(column)(params))):
         np.testing.assert_array_equal(a, b)
+
+
+def test_sum_reduced_penalty_is_the_mean_at_weight_times_batch():
+    """The identity the lambda-vs-batch sweep runs the sum-reduction bug by: lambda * sum_b p_b,
+    written out with nested autodiff, equals ``gradient_penalty`` with weight lambda * B in value
+    and parameter gradients."""
+    params, x = make_problem(3, [(12, 7)], scale=3.0)
+    batch, lam = 12, 0.7
+
+    def summed(p):
+        per_sample = jax.vmap(jax.grad(lambda xi: mlp_critic(p, {"x0": xi[None]})[0]))(x["x0"])
+        norms = jnp.sqrt(jnp.sum(per_sample ** 2, axis=1))
+        return lam * jnp.sum((norms - 1.0) ** 2)
+
+    ours = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y), x, weight=lam * batch)
+    value, grads = jax.value_and_grad(ours)(params)
+    value_ref, grads_ref = jax.value_and_grad(summed)(params)
+    np.testing.assert_allclose(value, value_ref, rtol=1e-5)
+    for name in params:
+        scale = float(jnp.max(jnp.abs(grads_ref[name])))
+        np.testing.assert_allclose(grads[name], grads_ref[name], rtol=1e-5, atol=1e-6 * scale)

@@ -1,0 +1,187 @@
+"""The penalty weight against the global batch: quality, penalty and norms on a lambda x batch grid.
+
+    JAX_PLATFORMS=cpu python benchmarks/lambda_batch_sweep.py [--steps 1500] [--devices 8]
+    -> benchmarks/results/lambda_batch.{md,json,png}
+
+Each cell trains the toy recipe (``fastgp.train.recipes``, 25 Gaussians by default) with the
+sharded trainer on ``--devices`` simulated CPU devices, global batch B, for ``--steps`` generator
+iterations (both learning rates decaying over the last half; the iterations fused in one
+``lax.scan``, which XLA:CPU runs as fast as written-out steps for these MLPs), then scores 2500 samples
+(modes captured, % high quality) and averages the critic's last tenth of steps: the penalty term,
+the mean per-sample penalty (penalty / effective weight) and the input-gradient norms.
+
+Two reductions of the per-sample penalties p_b over the global batch:
+
+``mean``  lambda * mean_b p_b: what ``fastgp.gradient_penalty`` computes on any mesh.
+``sum``   lambda * sum_b p_b: the common bug. It is exactly the mean with weight lambda * B
+          (same value, same gradients), so it runs as such: the grid shows what the bug's
+          batch scaling does to training.
+"""
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+if "--devices" in sys.argv:          # before JAX starts: simulated CPU devices
+    _n = sys.argv[sys.argv.index("--devices") + 1]
+    os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={_n}")
+else:
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fastgp.train.data import toy_modes  # noqa: E402
+from fastgp.train.quality import mode_quality  # noqa: E402
+from fastgp.train.recipes import build_problem, default_config  # noqa: E402
+from fastgp.train.trainer import Trainer, make_mesh  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+REDUCTIONS = ("mean", "sum")
+
+
+def effective_weight(reduction: str, weight: float, batch: int) -> float:
+    """The mean-reduced weight that reproduces ``reduction`` of per-sample penalties exactly."""
+    return weight * batch if reduction == "sum" else weight
+
+
+def train_cell(dataset, reduction, weight, batch, steps, devices, seed):
+    """One run; a JSON-ready dict of its quality and late-training penalty and norm statistics."""
+    lam = effective_weight(reduction, weight, batch)
+    config = default_config(dataset, batch_size=batch, gp_weight=lam, total_steps=steps,
+                            seed=seed, backend="xla")
+    problem = build_problem(dataset, config)
+    trainer = Trainer(config, problem.generator, problem.critic, problem.sample_real,
+                      mesh=make_mesh(jax.devices()[:devices]), fused=True)
+    start = time.perf_counter()
+    state = trainer.init()
+    tenth = steps // 10                    # ten equal chunks: one compiled program
+    for _ in range(10):
+        state, metrics = trainer.run(state, tenth)
+    samples = np.asarray(trainer.sample(state, jax.random.PRNGKey(10_000 + seed), 2500))
+    wall = time.perf_counter() - start
+    critic = {k: np.asarray(v) for k, v in metrics.items() if k != "generator_loss"}
+    finite = bool(np.all(np.isfinite(samples)) and np.all(np.isfinite(critic["critic_loss"])))
+    quality = mode_quality(samples, *toy_modes(dataset)) if finite else {
+        "modes": 0, "total_modes": len(toy_modes(dataset)[0]), "high_quality": 0.0}
+    penalty = float(np.mean(critic["penalty"][..., 0]))
+    return {"reduction": reduction, "weight": weight, "batch": batch, "effective_weight": lam,
+            "finite": finite, "modes": int(quality["modes"]),
+            "total_modes": int(quality["total_modes"]),
+            "high_quality": float(quality["high_quality"]),
+            "penalty": penalty, "mean_sample_penalty": penalty / lam,
+            "wasserstein": float(np.mean(critic["wasserstein"][..., 0])),
+            "norm_mean": float(np.mean(critic["norm_mean"])),
+            "norm_min": float(np.min(critic["norm_min"])),
+            "norm_max": float(np.max(critic["norm_max"])),
+            "wall_s": round(wall, 1)}
+
+
+def _fmt(x):
+    return "nan" if not math.isfinite(x) else (f"{x:.3g}" if abs(x) < 1e4 else f"{x:.2e}")
+
+
+def write_table(cells, args, path):
+    lines = [
+        f"# Penalty weight x global batch ({args.dataset}, {args.steps} generator steps, "
+        f"{args.devices} simulated devices, seed {args.seed})",
+        "",
+        "`python benchmarks/lambda_batch_sweep.py " + " ".join(sys.argv[1:]) + "`. "
+        "Quality on 2500 samples; penalty and norms averaged over the critic's last tenth of "
+        "steps. `sum` runs as the mean with weight lambda x B (identical value and gradients).",
+        "",
+        "| reduction | lambda | batch | effective lambda | modes | high quality | penalty term "
+        "| mean (n - 1)^2 | norm mean | norm min | norm max | W estimate | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        lines.append(
+            f"| {c['reduction']} | {c['weight']:g} | {c['batch']} | {c['effective_weight']:g} | "
+            f"{c['modes']}/{c['total_modes']} | {c['high_quality']:.1f} % | {_fmt(c['penalty'])} | "
+            f"{_fmt(c['mean_sample_penalty'])} | {_fmt(c['norm_mean'])} | {_fmt(c['norm_min'])} | "
+            f"{_fmt(c['norm_max'])} | {_fmt(c['wasserstein'])} | {c['wall_s']:.0f} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_heatmap(cells, args, path):
+    """Per reduction, lambda x batch: modes captured (annotated with % high quality) and the mean
+    per-sample penalty (n - 1)^2 (log colour, annotated with the mean norm)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    weights, batches = sorted({c["weight"] for c in cells}), sorted({c["batch"] for c in cells})
+    reductions = [r for r in REDUCTIONS if any(c["reduction"] == r for c in cells)]
+    total = max(c["total_modes"] for c in cells)
+    fig, axes = plt.subplots(2, len(reductions), figsize=(4.6 * len(reductions), 7.2),
+                             squeeze=False)
+    panels = (
+        ("modes", "modes captured (and % high quality)", "viridis", (0, total),
+         lambda c: f"{c['modes']}/{c['total_modes']}\n{c['high_quality']:.0f}%"),
+        ("mean_sample_penalty", "log10 mean (n-1)^2 (and mean norm n)", "magma_r", (-4, 0),
+         lambda c: f"{_fmt(c['mean_sample_penalty'])}\nn={_fmt(c['norm_mean'])}"))
+    for col, reduction in enumerate(reductions):
+        by_key = {(c["weight"], c["batch"]): c for c in cells if c["reduction"] == reduction}
+        for row, (field, label, cmap, (vmin, vmax), annotate) in enumerate(panels):
+            grid = np.array([[by_key[(w, b)][field] if (w, b) in by_key else np.nan
+                              for b in batches] for w in weights], dtype=float)
+            if field == "mean_sample_penalty":
+                grid = np.log10(np.clip(grid, 1e-6, None))
+            ax = axes[row, col]
+            ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, origin="lower", aspect="auto")
+            for i, w in enumerate(weights):
+                for j, b in enumerate(batches):
+                    if (w, b) in by_key:
+                        ax.text(j, i, annotate(by_key[(w, b)]), ha="center", va="center",
+                                fontsize=8, bbox=dict(facecolor="white", alpha=0.7, lw=0))
+            ax.set_xticks(range(len(batches)), [str(b) for b in batches])
+            ax.set_yticks(range(len(weights)), [f"{w:g}" for w in weights])
+            ax.set_xlabel("global batch B")
+            ax.set_ylabel("lambda")
+            ax.set_title(f"{reduction}-reduced: {label}", fontsize=9)
+    fig.suptitle(f"{args.dataset}, {args.steps} generator steps, {args.devices} devices",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="25gaussians",
+                        choices=("8gaussians", "25gaussians", "swissroll"))
+    parser.add_argument("--weights", type=float, nargs="+", default=[0.1, 1.0, 10.0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 256, 1024, 2048])
+    parser.add_argument("--reductions", nargs="+", choices=REDUCTIONS, default=list(REDUCTIONS))
+    parser.add_argument("--steps", type=int, default=1500, help="generator iterations per cell")
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", default="lambda_batch", help="results/<name>.{md,json,png}")
+    args = parser.parse_args(argv)
+    if len(jax.devices()) < args.devices:
+        parser.error(f"--devices {args.devices}: only {len(jax.devices())} devices are visible")
+    if args.steps < 10 or args.steps % 10:
+        parser.error(f"--steps {args.steps} must be a positive multiple of 10")
+    bad = [b for b in args.batches if b % args.devices]
+    if bad:
+        parser.error(f"--batches {bad} are not divisible by --devices {args.devices}")
+    RESULTS.mkdir(exist_ok=True)
+    cells = []
+    for reduction in args.reductions:
+        for weight in args.weights:
+            for batch in args.batches:
+                cell = train_cell(args.dataset, reduction, weight, batch, args.steps,
+                                  args.devices, args.seed)
+                cells.append(cell)
+                print(json.dumps(cell), flush=True)
+                (RESULTS / f"{args.name}.json").write_text(json.dumps(cells, indent=1))
+    write_table(cells, args, RESULTS / f"{args.name}.md")
+    write_heatmap(cells, args, RESULTS / f"{args.name}.png")
+    print(f"wrote {RESULTS / args.name}.{{md,json,png}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
