@@ -5,11 +5,13 @@
     load_digits(split=None)   -> (1797, 8, 8, 1) float32 in [-1, 1], NHWC; split "train" (899)
                                  or "held_out" (898): the class-stratified halves of digit_split
     digit_split(seed=0)       -> (train rows, held-out rows) of load_digits()
+    digit_labels()            -> (1797,) int class labels of load_digits()
 
 A digits run trains on the "train" half only: the "held_out" half is the real reference of the
 two-sample test in ``fastgp.train.digit_quality``, so the generator never saw it.
 """
 
+import functools
 import math
 
 import jax
@@ -72,10 +74,17 @@ def toy_modes(name: str) -> tuple[np.ndarray, float]:
 DIGIT_SPLITS = ("train", "held_out")
 
 
+@functools.lru_cache(maxsize=1)
 def _sklearn_digits():
+    """scikit-learn's digits bunch, read from disk once per process (callers only read it)."""
     from sklearn.datasets import load_digits as _sk_load_digits
 
     return _sk_load_digits()
+
+
+def digit_labels() -> np.ndarray:
+    """(1797,) int class labels 0-9 of :func:`load_digits`' rows."""
+    return _sklearn_digits().target
 
 
 def digit_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +92,7 @@ def digit_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     held-out one 898 of the 1797 digits), fixed by ``seed``."""
     from sklearn.model_selection import train_test_split
 
-    target = _sklearn_digits().target
+    target = digit_labels()
     return train_test_split(np.arange(len(target)), test_size=len(target) // 2, stratify=target,
                             random_state=seed)
 
@@ -101,5 +110,5 @@ def load_digits(split: str | None = None) -> np.ndarray:
     return images[digit_split()[DIGIT_SPLITS.index(split)]]
 
 
-__all__ = ["DATASETS", "DIGIT_SPLITS", "TOY_DATASETS", "digit_split", "load_digits",
-           "sample_toy", "toy_modes"]
+__all__ = ["DATASETS", "DIGIT_SPLITS", "TOY_DATASETS", "digit_labels", "digit_split",
+           "load_digits", "sample_toy", "toy_modes"]

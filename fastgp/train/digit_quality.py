@@ -41,12 +41,9 @@ class DigitQuality:
     """The digits metric; call it on (N, 8, 8, 1) or (N, 64) samples in [-1, 1], N >= n_samples."""
 
     def __init__(self, seed: int = 0):
-        from sklearn.datasets import load_digits
+        from fastgp.train.data import digit_labels, digit_split, load_digits
 
-        from fastgp.train.data import digit_split
-
-        digits = load_digits()
-        images = (digits.images.reshape(-1, PIXELS) / 8.0 - 1.0).astype(np.float32)
+        images = load_digits().reshape(-1, PIXELS)          # float32 in [-1, 1]
         first, held_out = digit_split(seed)
         self.seed = seed
         self.train_index, self.held_out_index = first, held_out   # rows of load_digits()
@@ -54,7 +51,7 @@ class DigitQuality:
         self.held_out = images[held_out]
         self.n_samples = len(held_out)
         self.gamma = 1.0 / (PIXELS * float(images.var()))   # sklearn's "scale", real data only
-        self.classifier = _svm(self.gamma).fit(images[first], digits.target[first])
+        self.classifier = _svm(self.gamma).fit(images[first], digit_labels()[first])
         self.floor = self.c2st(self.train_images[:self.n_samples])
 
     def c2st(self, samples) -> float:

@@ -252,7 +252,7 @@ class Trainer:
             for step in range(self.config.n_critic):
                 state, metrics = self._critic_step(state, real[step], step)
                 per_step.append(metrics)
-            critic_metrics = jax.tree.map(lambda *xs: jnp.stack(xs), *per_step)
+            critic_metrics = _stack(per_step)
         state, generator_metrics = self._generator_step(state)
         return state, {**critic_metrics, **generator_metrics}
 
@@ -262,6 +262,11 @@ class Trainer:
         key = generator_key(state.key, state.iteration, self.config.n_critic)
         generator_grads = jax.grad(self._generator_loss)(state.g_params, state.d_params, key)
         return critic_grads, generator_grads
+
+
+def _stack(trees):
+    """Equal-structure pytrees of arrays stacked leaf by leaf on a new leading axis."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
 class _Run:
@@ -287,8 +292,7 @@ class _Run:
                 # time keeps every collective's participants runnable.
                 jax.block_until_ready(state)
             steps.append(metrics)
-        # (I, ...) metrics, stacked as the fused scan stacks them
-        return state, jax.tree.map(lambda *xs: jnp.stack(xs), *steps)
+        return state, _stack(steps)          # (I, ...), as the fused scan stacks them
 
 
 __all__ = ["AXIS", "Trainer", "make_mesh"]
