@@ -3,8 +3,8 @@
     JAX_PLATFORMS=cpu python benchmarks/lambda_batch_sweep.py [--steps 1500] [--devices 8]
     -> benchmarks/results/lambda_batch.{md,json,png}
 
-Each cell trains the toy recipe (``fastgp.train.recipes``, 25 Gaussians by default) with the
-sharded trainer on ``--devices`` simulated CPU devices, global batch B, for ``--steps`` generator
+Each cell trains the 8-Gaussians toy recipe (``fastgp.train.recipes.TOY``: 3x128 MLPs, 5 critic
+steps, the penalty on every one) on 25 Gaussians by default with the sharded trainer on ``--devices`` simulated CPU devices, global batch B, for ``--steps`` generator
 iterations (both learning rates decaying over the last half; the iterations fused in one
 ``lax.scan``, which XLA:CPU runs as fast as written-out steps for these MLPs), then scores 2500 samples
 (modes captured, % high quality) and averages the critic's last tenth of steps: the penalty term,
@@ -35,9 +35,10 @@ else:
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fastgp.train.data import toy_modes  # noqa: E402
+from fastgp.train.data import sample_toy, toy_modes  # noqa: E402
 from fastgp.train.quality import mode_quality  # noqa: E402
-from fastgp.train.recipes import build_problem, default_config  # noqa: E402
+from fastgp.train.recipes import TOY, toy_networks  # noqa: E402
+from fastgp.train.state import TrainConfig  # noqa: E402
 from fastgp.train.trainer import Trainer, make_mesh  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -52,10 +53,10 @@ def effective_weight(reduction: str, weight: float, batch: int) -> float:
 def train_cell(dataset, reduction, weight, batch, steps, devices, seed):
     """One run; a JSON-ready dict of its quality and late-training penalty and norm statistics."""
     lam = effective_weight(reduction, weight, batch)
-    config = default_config(dataset, batch_size=batch, gp_weight=lam, total_steps=steps,
-                            seed=seed, backend="xla")
-    problem = build_problem(dataset, config)
-    trainer = Trainer(config, problem.generator, problem.critic, problem.sample_real,
+    config = TrainConfig(**{**TOY.fields, "batch_size": batch, "gp_weight": lam},
+                         total_steps=steps, seed=seed, backend="xla")
+    generator, critic = toy_networks(config.latent_dim, TOY.width)
+    trainer = Trainer(config, generator, critic, lambda key, n: sample_toy(dataset, key, n),
                       mesh=make_mesh(jax.devices()[:devices]), fused=True)
     start = time.perf_counter()
     state = trainer.init()

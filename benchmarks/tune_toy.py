@@ -2,10 +2,11 @@
 
     JAX_PLATFORMS=cpu python benchmarks/tune_toy.py --dataset 25gaussians --seed 0
 
-Every ``--eval-every`` generator steps run as one fused ``Trainer.run`` call; between calls the
+Every ``--eval-every`` generator steps are one ``Trainer.run`` call; between calls the
 script prints modes captured, % high-quality samples (``--eval-samples`` samples) and wall time
-since start, compilation included. Defaults are the tuned recipe (``fastgp.train.recipes``, also the
-defaults of ``fastgp train``); ``--paper`` sets the original gan_toy.py configuration.
+since start, compilation included (``Trainer.run``: one dispatch per iteration on CPU). Defaults
+are the dataset's tuned recipe (``fastgp.train.recipes.RECIPES``, also the defaults of
+``fastgp train``); ``--paper`` sets the original gan_toy.py configuration.
 """
 
 import argparse
@@ -18,7 +19,7 @@ import numpy as np
 from fastgp.train.data import sample_toy, toy_modes
 from fastgp.train.models import ACTIVATIONS
 from fastgp.train.quality import mode_quality
-from fastgp.train.recipes import TOY_DEPTH, TOY_RECIPE, TOY_STEPS, TOY_WIDTH, toy_networks
+from fastgp.train.recipes import RECIPES, TOY_DEPTH, toy_networks
 from fastgp.train.state import TrainConfig
 from fastgp.train.trainer import Trainer, make_mesh
 
@@ -28,14 +29,20 @@ PAPER = dict(width=512, depth=3, g_width=512, g_depth=3, noise_dim=2, activation
 
 
 def parse_args(argv=None):
-    r = TOY_RECIPE
+    datasets = ("8gaussians", "25gaussians")
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--dataset", default="8gaussians", choices=datasets)
+    recipe = RECIPES[first.parse_known_args(argv)[0].dataset]
+    r = recipe.fields
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--dataset", default="8gaussians", choices=("8gaussians", "25gaussians"))
+    p.add_argument("--dataset", default="8gaussians", choices=datasets,
+                   help="also picks the recipe the other defaults come from")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=TOY_STEPS, help="generator steps")
-    p.add_argument("--width", type=int, default=TOY_WIDTH, help="critic hidden width")
+    p.add_argument("--steps", type=int, default=recipe.steps, help="generator steps")
+    p.add_argument("--width", type=int, default=recipe.width, help="critic hidden width")
     p.add_argument("--depth", type=int, default=TOY_DEPTH, help="critic hidden layers")
-    p.add_argument("--g-width", type=int, default=TOY_WIDTH, help="generator hidden width")
+    p.add_argument("--g-width", type=int, default=recipe.width,
+                   help="generator hidden width")
     p.add_argument("--g-depth", type=int, default=TOY_DEPTH, help="generator hidden layers")
     p.add_argument("--noise-dim", type=int, default=r["latent_dim"])
     p.add_argument("--activation", default="relu", choices=tuple(ACTIVATIONS))
@@ -47,6 +54,8 @@ def parse_args(argv=None):
     p.add_argument("--b2", type=float, default=r["betas"][1])
     p.add_argument("--batch", type=int, default=r["batch_size"])
     p.add_argument("--n-critic", type=int, default=r["n_critic"])
+    p.add_argument("--gp-every", type=int, default=r.get("gp_every", 1),
+                   help="penalty on every k-th critic step with weight k * lambda (lazy)")
     p.add_argument("--decay-frac", type=float, default=r["decay_fraction"],
                    help="final fraction of training over which both learning rates decay "
                         "linearly to 0 (0: constant)")
@@ -67,7 +76,8 @@ def build(args):
     """A one-device ``Trainer`` for the flags (penalty on the plain XLA path)."""
     config = TrainConfig(batch_size=args.batch, n_critic=args.n_critic, gp_weight=args.weight,
                          lr_g=args.lr_g, lr_d=args.lr_d, betas=(args.b1, args.b2),
-                         latent_dim=args.noise_dim, seed=args.seed, backend="xla",
+                         gp_every=args.gp_every, latent_dim=args.noise_dim, seed=args.seed,
+                         backend="xla",
                          total_steps=args.steps, decay_fraction=args.decay_frac)
     generator, critic = toy_networks(args.noise_dim, args.width, args.depth, args.activation,
                                      args.g_width, args.g_depth)

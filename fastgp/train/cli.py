@@ -33,10 +33,11 @@ CHECK_DATASETS = ("8gaussians", "digits")     # fastgp.train.selfcheck.DATASETS
 
 TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
-summary.json and orbax checkpoints to --out. Defaults are the tuned recipe: on 8gaussians
-(the default) and 25gaussians it captures every mode with >80% high-quality samples in 6000
-generator steps (about 2 minutes on 2 CPU cores). Nothing is downloaded. With --processes on CPU the processes talk over
-local TCP (gloo): a functional rehearsal of multi-host training, much slower than one process.
+summary.json and orbax checkpoints to --out. Defaults are the dataset's tuned recipe
+(fastgp.train.recipes): on 8gaussians (the default) and 25gaussians it captures every mode with
+about 90% high-quality samples in 2-4 minutes on 2 CPU cores. Nothing is downloaded. With
+--processes on CPU the processes talk over local TCP (gloo): a functional rehearsal of multi-host
+training, much slower than one process.
 SIGTERM or Ctrl-C stops at the next log point with a checkpoint and the outputs (exit 128 + the
 signal number); a second one stops at once. One run at a time may use an --out."""
 
@@ -112,9 +113,10 @@ def _add_parallel_flags(p, devices=None):
 def _add_training_flags(p, *, defaults):
     """Flags shared by train and check; ``defaults`` maps dest -> default."""
     p.add_argument("--steps", type=_positive_int, default=defaults.get("steps"),
-                   help="generator iterations" + (" (default: the recipe's, 6000 for 2-D sets, "
-                                                  "4500 for digits)" if "steps" not in defaults
-                                                  else " (default %(default)s)"))
+                   help="generator iterations" + (
+                       " (default: the recipe's, 6000 for 8gaussians and swissroll, 10000 for "
+                       "25gaussians, 4500 for digits)" if "steps" not in defaults
+                       else " (default %(default)s)"))
     p.add_argument("--batch-size", type=_positive_int, default=defaults.get("batch_size"),
                    help="GLOBAL batch, divisible by processes x devices (default: "
                         + ("%(default)s)" if "batch_size" in defaults else
@@ -122,7 +124,8 @@ def _add_training_flags(p, *, defaults):
     p.add_argument("--n-critic", type=_positive_int, default=defaults.get("n_critic"),
                    help="critic steps per generator step" + (
                        " (default %(default)s)" if "n_critic" in defaults
-                       else " (default 5 for 2-D sets, 3 for digits)"))
+                       else " (default 5 for 8gaussians and swissroll, 3 for 25gaussians "
+                                  "and digits)"))
     p.add_argument("--backend", choices=BACKENDS, default=defaults.get("backend"),
                    help=defaults.get("backend_help"))
     p.add_argument("--precision", choices=tuple(PRECISIONS), default=defaults.get("precision"),
@@ -130,7 +133,9 @@ def _add_training_flags(p, *, defaults):
     p.add_argument("--gp-kind", choices=KINDS, default=defaults.get("gp_kind"),
                    help="penalty: two-sided WGAN-GP, one-sided LP, or R1 (default wgan-gp)")
     p.add_argument("--gp-every", type=_positive_int, default=defaults.get("gp_every"),
-                   help="apply the penalty on every k-th critic step, weight x k (default 1)")
+                   help="apply the penalty on every k-th critic step, weight x k (default "
+                        + ("%(default)s)" if "gp_every" in defaults else "4 for 25gaussians, 1 "
+                                                                         "otherwise)"))
     p.add_argument("--lr", type=_number(0, open_low=True), default=defaults.get("lr"),
                    help="Adam learning rate of both networks")
     p.add_argument("--seed", type=_seed, default=defaults.get("seed"),
@@ -161,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="penalty weight lambda (default 1 for 2-D sets, 10 for digits)")
     train.add_argument("--decay-fraction", type=_number(0, 1), default=None,
                        help="both learning rates decay linearly to 0 over this final fraction "
-                            "of --steps (default 0.5; 0 = constant)")
+                            "of --steps (default 0.5, 0.6 for 25gaussians; 0 = constant)")
     _add_parallel_flags(train)
     train.add_argument("--out", default=None, help="output directory (default runs/<dataset>)")
     train.add_argument("--resume", action="store_true",

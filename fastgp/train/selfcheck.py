@@ -58,7 +58,7 @@ import numpy as np
 from fastgp.train.data import load_digits, sample_toy
 from fastgp.train.models import conv_critic, conv_generator, mlp
 from fastgp.train.naive_trainer import NaiveTrainer
-from fastgp.train.recipes import DIGITS_CHANNELS, DIGITS_RECIPE
+from fastgp.train.recipes import DIGITS
 from fastgp.train.state import TrainConfig, index_sampler
 from fastgp.train.trainer import Trainer, make_mesh
 
@@ -113,8 +113,8 @@ def toy_problem(config: TrainConfig):
 def digits_problem(config: TrainConfig):
     """(generator, critic, sample_real) of the conv check: the digits recipe's NHWC conv pair
     (``fastgp.train.recipes``) with GELU, on sklearn's 8x8 digits (B, 8, 8, 1)."""
-    return (conv_generator(config.latent_dim, DIGITS_CHANNELS, "gelu"),
-            conv_critic(DIGITS_CHANNELS, "gelu"), index_sampler(load_digits()))
+    return (conv_generator(config.latent_dim, DIGITS.width, "gelu"),
+            conv_critic(DIGITS.width, "gelu"), index_sampler(load_digits()))
 
 
 def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_critic: int = 5,
@@ -136,7 +136,7 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
                          f"{devices} before JAX starts (python -m fastgp.train.selfcheck does this)")
     if backend is None:
         backend = "tpu-interpret" if jax.default_backend() == "cpu" else "pallas"
-    latent = {"latent_dim": DIGITS_RECIPE["latent_dim"]} if dataset == "digits" else {}
+    latent = {"latent_dim": DIGITS.fields["latent_dim"]} if dataset == "digits" else {}
     config = TrainConfig(batch_size=batch_size, n_critic=n_critic, gp_kind=gp_kind,
                          gp_every=gp_every, precision=precision, backend=backend, lr_g=lr,
                          lr_d=lr, seed=seed, second_order=second_order, **latent)
