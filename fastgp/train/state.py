@@ -158,19 +158,13 @@ def optimizers(config: TrainConfig):
 
 
 def init_state(config: TrainConfig, generator, critic) -> TrainState:
-    """Parameters from ``config.seed`` (float32), fresh Adam states, iteration 0.
-
-    One compiled program: op by op, the initialisers' many small random draws cost seconds.
-    """
-    def initial():
-        k_g, k_d, k_run = jax.random.split(jax.random.PRNGKey(config.seed), 3)
-        g_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), generator.init(k_g))
-        d_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), critic.init(k_d))
-        opt_g, opt_d = optimizers(config)
-        return TrainState(jnp.int32(0), k_run, g_params, d_params,
-                          opt_g.init(g_params), opt_d.init(d_params))
-
-    return jax.jit(initial)()
+    """Parameters from ``config.seed`` (float32), fresh Adam states, iteration 0."""
+    k_g, k_d, k_run = jax.random.split(jax.random.PRNGKey(config.seed), 3)
+    g_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), generator.init(k_g))
+    d_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), critic.init(k_d))
+    opt_g, opt_d = optimizers(config)
+    return TrainState(jnp.int32(0), k_run, g_params, d_params,
+                      opt_g.init(g_params), opt_d.init(d_params))
 
 
 def critic_keys(key, iteration, step):
