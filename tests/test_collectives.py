@@ -53,3 +53,21 @@ def test_the_counter_reads_tuple_and_async_collectives():
 """
     assert count_collectives(text) == {"all-reduce": {"count": 1, "bytes": 40},
                                        "all-gather": {"count": 1, "bytes": 256}}
+
+
+def test_each_gradient_all_reduce_is_one_raveled_operand():
+    """Written out, an iteration with C critic steps is C gradient all-reduces of ONE float32
+    vector (the raveled critic, not an operand per weight and use), one for the generator's
+    gradient with the steps' global means, and one for the iteration's packed metrics."""
+    n_critic = 3
+    config = default_config("8gaussians", batch_size=32, backend="xla", n_critic=n_critic)
+    problem = build_problem("8gaussians", config)
+    trainer = Trainer(config, problem.generator, problem.critic, problem.sample_real,
+                      mesh=make_mesh(jax.devices()[:4]))
+    state = trainer.init()
+    text = trainer.iteration.lower(state).compile().as_text()
+    assert count_collectives(text)["all-reduce"]["count"] == n_critic + 2, text
+    critic_size = sum(leaf.size for leaf in jax.tree.leaves(state.d_params))
+    single = [line for line in text.splitlines()
+              if f"= f32[{critic_size}]{{0}} all-reduce(" in line]
+    assert len(single) == n_critic, single

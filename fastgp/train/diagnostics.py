@@ -3,7 +3,7 @@
 Inside ``shard_map``:
     norm_stats(norms)                  -> {norm_mean, norm_min, norm_max: f32, nonfinite: int32}
     skipped_norm_stats(axis_name)      -> the same for a step without a penalty (NaN, NaN, NaN, 0)
-    gather(values, axis_name)          -> each scalar becomes an (n_devices,) array, replicated
+    gather(values, axis_name)          -> each value gains a trailing (n_devices,) axis, replicated
                                           (all of them in one packed collective)
 
 On the host:
@@ -35,22 +35,30 @@ def skipped_norm_stats(axis_name):
 
 
 def gather(values, axis_name):
-    """Every core's scalars, as (n_devices,) arrays identical on every core, in ONE collective.
+    """Every core's values, each ``shape -> shape + (n_devices,)`` and identical on every core, in
+    ONE collective.
 
-    Each core writes its scalars into its own row of an (n_devices, k) float32 zero matrix, and
-    one psum assembles the table (each entry is one core's value plus zeros: exact, NaN and inf
-    stay in their own entry). Values already identical on every core (psum'd losses) are gathered
-    too, so a host can check that the replicas agree. int32 counts come back exact below 2^24.
+    Each core writes its values, flattened to float32, into its own row of an (n_devices, K) zero
+    matrix, and one psum assembles the table (each entry is one core's value plus zeros: exact,
+    NaN and inf stay in their own entry). Values already identical on every core (psum'd losses)
+    are gathered too, so a host can check that the replicas agree. int32 counts come back exact
+    below 2^24.
     """
     names = list(values)
-    local = jnp.stack([jnp.asarray(values[n], jnp.float32) for n in names])
+    arrays = [jnp.asarray(values[n]) for n in names]
+    local = jnp.concatenate([a.astype(jnp.float32).reshape(-1) for a in arrays])
     if axis_name not in jax.typeof(local).manual_axis_type.varying:
         local = lax.pcast(local, axis_name, to="varying")
     devices = lax.psum(1, axis_name)
-    rows = jnp.zeros((devices, len(names)), jnp.float32)
+    rows = jnp.zeros((devices, local.size), jnp.float32)
     rows = lax.dynamic_update_index_in_dim(rows, local, lax.axis_index(axis_name), axis=0)
     table = lax.psum(rows, axis_name)
-    return {n: table[:, i].astype(jnp.asarray(values[n]).dtype) for i, n in enumerate(names)}
+    out, start = {}, 0
+    for name, a in zip(names, arrays):
+        column = table[:, start:start + a.size].reshape((devices,) + a.shape)
+        out[name] = jnp.moveaxis(column, 0, -1).astype(a.dtype)
+        start += a.size
+    return out
 
 
 def summarize(metrics) -> dict:
