@@ -53,6 +53,11 @@ def count_collectives(hlo_text: str) -> dict:
     return dict(found)
 
 
+def count_operands(hlo_text: str) -> int:
+    """Arrays moved by all the collective ops of an HLO module's text (a tuple counts each)."""
+    return sum(len(re.findall(r"[a-z]+\d*\[", shape)) for shape, _ in _OP.findall(hlo_text))
+
+
 # (label, topology or None for this host's CPU devices, chips)
 MESHES = [("CPU, 4 devices", None, 4), ("TPU v5e 2x2", "v5e:2x2", 4),
           ("TPU v5p 4x4x4", "v5p:4x4x4", 64), ("TPU v5e 16x16", "v5e:16x16", 256)]
@@ -92,8 +97,11 @@ def compile_steps(dataset: str, topology) -> dict:
     step = spec(jax.ShapeDtypeStruct((), jnp.int32), P())
     critic = trainer.critic_step.lower(state, real, step).compile().as_text()
     iteration = trainer.run.lower(state, 1).compile().as_text()
+    written_out = trainer.iteration.lower(state).compile().as_text()
     return {"critic step": count_collectives(critic),
             "generator iteration": count_collectives(iteration),
+            "written-out iteration": count_collectives(written_out),
+            "written-out operands": count_operands(written_out),
             "n_critic": config.n_critic, "global batch": config.batch_size}
 
 
@@ -109,11 +117,13 @@ def main() -> int:
         "",
         "Read from compiled programs (`python benchmarks/collectives.py`): one critic step, and one",
         "generator iteration (`n_critic` critic steps in a scan, whose body is counted once, plus the",
-        f"generator step). Global batch = {PER_CHIP_BATCH} per chip. TPU programs are compiled",
-        "ahead of time from a CPU host with libtpu (`get_topology_desc`).",
+        "generator step), and the same iteration written out (each critic step counted: what runs",
+        "per iteration) with the arrays its collectives move (a tuple operand counts each).",
+        f"Global batch = {PER_CHIP_BATCH} per chip. TPU programs are compiled ahead of time from a",
+        "CPU host with libtpu (`get_topology_desc`).",
         "",
-        "| model | mesh | chips | critic step | generator iteration |",
-        "|---|---|---|---|---|"]
+        "| model | mesh | chips | critic step | generator iteration | written out | operands |",
+        "|---|---|---|---|---|---|---|"]
     for dataset in ("8gaussians", "digits"):
         for label, topology, chips in MESHES:
             try:
@@ -122,10 +132,12 @@ def main() -> int:
                 found = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
             results.append({"dataset": dataset, "mesh": label, "chips": chips, **found})
             if "error" in found:
-                lines.append(f"| {dataset} | {label} | {chips} | {found['error']} | |")
+                lines.append(f"| {dataset} | {label} | {chips} | {found['error']} | | | |")
             else:
                 lines.append(f"| {dataset} | {label} | {chips} | {_cell(found['critic step'])} | "
-                             f"{_cell(found['generator iteration'])} |")
+                             f"{_cell(found['generator iteration'])} | "
+                             f"{_cell(found['written-out iteration'])} | "
+                             f"{found['written-out operands']} |")
             print(lines[-1], flush=True)
     out = pathlib.Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,9 @@ Semantics are those of one device with the GLOBAL batch: real data, generator no
 interpolation alpha are drawn for the global batch from the keys of ``fastgp.train.state`` and each
 core uses its slice; losses are global means; parameter gradients are ``jax.grad`` taken inside
 ``shard_map`` (``check_vma=True``) of the psum'd global-mean loss, which makes them the
-single-device gradients with no hand-written scaling. ``fastgp.train.selfcheck`` verifies all of that against
-``fastgp.train.naive_trainer``.
+single-device gradients with no hand-written scaling; they are taken with respect to the raveled
+parameters cast once to per-core values, so each step all-reduces one vector (``_packed_grad``).
+``fastgp.train.selfcheck`` verifies all of that against ``fastgp.train.naive_trainer``.
 
 ``run`` goes one of two ways, the same steps and random numbers (``fused``; None: by the mesh's
 platform). Fused (TPU, GPU): ``run(state, I)`` is one compiled ``lax.scan`` over the I iterations,
