@@ -4,10 +4,11 @@
     -> benchmarks/results/lambda_batch.{md,json,png}
 
 Each cell trains the 8-Gaussians toy recipe (``fastgp.train.recipes.TOY``: 3x128 MLPs, 5 critic
-steps, the penalty on every one) on 25 Gaussians by default with the sharded trainer on ``--devices`` simulated CPU devices, global batch B, for ``--steps`` generator
-iterations (both learning rates decaying over the last half; the iterations fused in one
-``lax.scan``, which XLA:CPU runs as fast as written-out steps for these MLPs), then scores 2500 samples
-(modes captured, % high quality) and averages the critic's last tenth of steps: the penalty term,
+steps, the penalty on every one) on 25 Gaussians by default with the sharded trainer on
+``--devices`` simulated CPU devices, global batch B, for ``--steps`` generator iterations (both
+learning rates decaying over the last half; the iterations fused in one ``lax.scan``, which
+XLA:CPU runs as fast as written-out steps for these MLPs), then scores 2500 samples (modes
+captured, % high quality) and averages the critic's last tenth of steps: the penalty term,
 the mean per-sample penalty (penalty / effective weight) and the input-gradient norms.
 
 Two reductions of the per-sample penalties p_b over the global batch:

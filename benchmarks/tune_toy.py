@@ -77,8 +77,7 @@ def build(args):
     config = TrainConfig(batch_size=args.batch, n_critic=args.n_critic, gp_weight=args.weight,
                          lr_g=args.lr_g, lr_d=args.lr_d, betas=(args.b1, args.b2),
                          gp_every=args.gp_every, latent_dim=args.noise_dim, seed=args.seed,
-                         backend="xla",
-                         total_steps=args.steps, decay_fraction=args.decay_frac)
+                         backend="xla", total_steps=args.steps, decay_fraction=args.decay_frac)
     generator, critic = toy_networks(args.noise_dim, args.width, args.depth, args.activation,
                                      args.g_width, args.g_depth)
     return Trainer(config, generator, critic, lambda key, n: sample_toy(args.dataset, key, n),

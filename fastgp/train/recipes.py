@@ -98,5 +98,5 @@ def build_problem(dataset: str, config: TrainConfig) -> Problem:
                    index_sampler(load_digits(split="train")), True)
 
 
-__all__ = ["DIGITS", "GRID", "Problem", "RECIPES", "Recipe", "TOY", "build_problem", "default_config",
-           "default_steps", "toy_networks"]
+__all__ = ["DIGITS", "GRID", "Problem", "RECIPES", "Recipe", "TOY", "build_problem",
+           "default_config", "default_steps", "toy_networks"]

@@ -16,7 +16,8 @@ interpolation alpha are drawn for the global batch from the keys of ``fastgp.tra
 core uses its slice; losses are global means; parameter gradients are ``jax.grad`` taken inside
 ``shard_map`` (``check_vma=True``) of the psum'd global-mean loss, which makes them the
 single-device gradients with no hand-written scaling; they are taken with respect to the raveled
-parameters cast once to per-core values, so each step all-reduces one vector (``_packed_grad``).
+parameters cast once to per-core values, so each step all-reduces one vector
+(``_packed_value_and_grad``).
 ``fastgp.train.selfcheck`` verifies all of that against ``fastgp.train.naive_trainer``.
 
 ``run`` goes one of two ways, the same steps and random numbers (``fused``; None: by the mesh's
@@ -201,13 +202,14 @@ class Trainer:
         return loss, {"critic_loss": loss, "penalty": penalty, "wasserstein": wasserstein, **stats}
 
     def _critic_grads(self, state, real, step, apply_gp, weight):
-        """(grads, local aux) of critic step ``step`` of ``state.iteration`` (lazy GP: a
-        ``lax.cond`` unless ``apply_gp`` is a Python bool)."""
+        """((loss, local aux), grads) of critic step ``step`` of ``state.iteration`` (lazy GP:
+        a ``lax.cond`` unless ``apply_gp`` is a Python bool)."""
         keys = critic_keys(state.key, state.iteration, step)
 
         def branch(on):
-            return lambda: _packed_grad(self._critic_loss, state.d_params, state.g_params, real,
-                                        keys, weight, on, has_aux=True)
+            return lambda: _packed_value_and_grad(
+                self._critic_loss, state.d_params, state.g_params, real, keys, weight, on,
+                has_aux=True)
 
         if isinstance(apply_gp, bool):          # known at trace time: no lax.cond
             return branch(apply_gp)()
@@ -225,7 +227,7 @@ class Trainer:
         penalty applied?). The update's only collective is the gradient all-reduce, which XLA
         merges with the global means of the loss; metrics are gathered by the caller."""
         apply_gp, weight = self._schedule(state, step)
-        grads, aux = self._critic_grads(state, real, step, apply_gp, weight)
+        (_, aux), grads = self._critic_grads(state, real, step, apply_gp, weight)
         updates, d_opt = self._opt_d.update(grads, state.d_opt, state.d_params)
         d_params = optax.apply_updates(state.d_params, updates)
         return state._replace(d_params=d_params, d_opt=d_opt), aux, jnp.asarray(apply_gp)
@@ -242,8 +244,8 @@ class Trainer:
 
     def _generator_step(self, state: TrainState):
         key = generator_key(state.key, state.iteration, self.config.n_critic)
-        grads, loss = _packed_grad(lambda *args: (self._generator_loss(*args),) * 2,
-                                   state.g_params, state.d_params, key, has_aux=True)
+        loss, grads = _packed_value_and_grad(self._generator_loss, state.g_params,
+                                             state.d_params, key)
         updates, g_opt = self._opt_g.update(grads, state.g_opt, state.g_params)
         g_params = optax.apply_updates(state.g_params, updates)
         state = state._replace(iteration=state.iteration + 1, g_params=g_params, g_opt=g_opt)
@@ -274,15 +276,16 @@ class Trainer:
 
     def _local_gradients(self, state: TrainState, real):
         step = jnp.int32(0)
-        critic_grads, _ = self._critic_grads(state, real, step, *self._schedule(state, step))
+        _, critic_grads = self._critic_grads(state, real, step, *self._schedule(state, step))
         key = generator_key(state.key, state.iteration, self.config.n_critic)
-        generator_grads = _packed_grad(self._generator_loss, state.g_params, state.d_params, key)
+        _, generator_grads = _packed_value_and_grad(self._generator_loss, state.g_params,
+                                                    state.d_params, key)
         return critic_grads, generator_grads
 
 
-def _packed_grad(loss_fn, params, *args, has_aux=False):
-    """``jax.grad(loss_fn, has_aux)(params, *args)`` inside ``shard_map`` for replicated
-    ``params``, all-reduced as ONE raveled float32 vector.
+def _packed_value_and_grad(loss_fn, params, *args, has_aux=False):
+    """``jax.value_and_grad(loss_fn, has_aux=has_aux)(params, *args)`` inside ``shard_map`` for
+    replicated ``params``, the gradient all-reduced as ONE raveled float32 vector.
 
     Left implicit, the invariant-to-varying cast sits at every use of every weight array, and
     its transpose all-reduces each use's cotangent: one operand per weight and use. Here the
@@ -295,10 +298,8 @@ def _packed_grad(loss_fn, params, *args, has_aux=False):
     def loss_of_flat(f):
         return loss_fn(unravel(lax.pcast(f, AXIS, to="varying")), *args)
 
-    grads = jax.grad(loss_of_flat, has_aux=has_aux)(flat)
-    if has_aux:
-        return unravel(grads[0]), grads[1]
-    return unravel(grads)
+    value, grads = jax.value_and_grad(loss_of_flat, has_aux=has_aux)(flat)
+    return value, unravel(grads)
 
 
 def _stack(trees):
