@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -251,6 +252,25 @@ def test_disk_full_while_checkpointing_is_one_message(tmp_path, env):
     one_clear_line(proc, "cannot write checkpoint 20", "File too large")
     assert not list((tmp_path / "checkpoints").glob("*orbax-checkpoint-tmp*"))
     assert metric_steps(tmp_path) == [5, 10, 15, 20]
+
+
+def test_partial_save_recreated_by_late_writes_is_removed(tmp_path):
+    """Writes still in flight after a failed save recreate its directories; they go too."""
+    checkpoints = Checkpoints(tmp_path)
+    partial = tmp_path / "20.orbax-checkpoint-tmp" / "state.orbax-checkpoint-tmp" / "d"
+    partial.mkdir(parents=True)
+
+    def late_writes():
+        for _ in range(3):
+            time.sleep(0.05)
+            partial.mkdir(parents=True, exist_ok=True)
+
+    writer = threading.Thread(target=late_writes)
+    writer.start()
+    checkpoints._remove_partial(20)
+    writer.join()
+    checkpoints.close()
+    assert not list(tmp_path.glob("*orbax-checkpoint-tmp*"))
 
 
 # --- 2. one run per --out -----------------------------------------------------------------------

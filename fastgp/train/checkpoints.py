@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -202,12 +203,24 @@ class Checkpoints:
             os.fsync(f.fileno())
         os.replace(tmp, root / DIGEST)
 
-    def _remove_partial(self, step: int) -> None:
-        """Best effort: drop the temporary directory a failed save left (it may fill a disk)."""
+    def _remove_partial(self, step: int, settle_s: float = 0.25, limit_s: float = 5.0) -> None:
+        """Best effort: drop the temporary directory a failed save left (it may fill a disk).
+
+        Tensorstore finishes the writes that were in flight when the failure reached us, and
+        they recreate directories after a first removal; so remove until none has reappeared
+        for ``settle_s`` (at most ``limit_s``)."""
         if jax.process_index() != 0:
             return
-        for path in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
-            shutil.rmtree(path, ignore_errors=True)
+        start = quiet_since = time.monotonic()
+        while time.monotonic() - start < limit_s:
+            partial = list(self.directory.glob(f"{step}.orbax-checkpoint-tmp*"))
+            for path in partial:
+                shutil.rmtree(path, ignore_errors=True)
+            if partial:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= settle_s:
+                return
+            time.sleep(0.02)
 
 
 __all__ = ["DIGEST", "CheckpointDamaged", "CheckpointWriteError", "Checkpoints", "host_copy",
