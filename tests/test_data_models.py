@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fastgp.train.data import DATASETS, load_digits, sample_toy, toy_modes
+from fastgp.train.data import CHECK_DATASETS, DATASETS, load_digits, sample_toy, toy_modes
 from fastgp.train.models import conv_critic, conv_generator, mlp
 from fastgp.penalty import gradient_penalty, interpolate
 from fastgp.train.quality import mode_quality
+from fastgp.train.recipes import RECIPES, default_config
 
 # P(|N(0, I_2)| <= 3): the 3-sigma Euclidean disk holds 98.9 % of a 2-D Gaussian (99.7 % is 1-D).
 P_3SIGMA_2D = 1.0 - math.exp(-4.5)
@@ -83,6 +84,13 @@ def test_unknown_names_raise():
         mlp([2])
     with pytest.raises(ValueError, match="swish"):
         conv_critic(8, activation="swish")
+    with pytest.raises(ValueError, match="unknown dataset 'moons'; valid names: 8gaussians"):
+        default_config("moons")
+
+
+def test_every_dataset_has_a_recipe_and_the_checked_ones_exist():
+    assert tuple(RECIPES) == DATASETS
+    assert set(CHECK_DATASETS) <= set(DATASETS)
 
 
 def test_digits():

@@ -22,14 +22,13 @@ import sys
 
 from fastgp.backends import BACKENDS
 from fastgp.penalty import SECOND_ORDER
-from fastgp.train.data import DATASETS
+from fastgp.train.data import CHECK_DATASETS, DATASETS
 from fastgp.kernels import KINDS
 from fastgp.train.launcher import (check_port, free_port, set_cpu_devices, start_distributed,
                                  supervise)
 from fastgp.train.state import INT32_MAX, PRECISIONS
 
 SEED_MAX = 2**32 - 1      # the PRNG key holds 32 bits of the seed; larger seeds would alias
-CHECK_DATASETS = ("8gaussians", "digits")     # fastgp.train.selfcheck.DATASETS
 
 TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
@@ -199,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_flags(check, defaults={
         "steps": 5, "batch_size": 64, "n_critic": 5, "precision": "f32", "gp_kind": "wgan-gp",
         "gp_every": 1, "lr": 1e-3, "seed": 0, "backend": None,
-        "second_order": "reverse-over-forward", "backend_help": "penalty backend (default: the kernel; tpu-interpret on CPU, xla with "
+        "second_order": "reverse-over-forward",
+        "backend_help": "penalty backend (default: the kernel; tpu-interpret on CPU, xla with "
                         "--processes > 1)"})
     check.add_argument("--dataset", choices=CHECK_DATASETS, default=CHECK_DATASETS[0],
                        help="8gaussians (small GELU MLPs, the default) or digits (the digits "

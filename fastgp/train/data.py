@@ -20,6 +20,8 @@ import numpy as np
 
 TOY_DATASETS = ("8gaussians", "25gaussians", "swissroll")
 DATASETS = TOY_DATASETS + ("digits",)
+# What `fastgp check` compares against the naive trainer: one MLP pair, one conv pair.
+CHECK_DATASETS = ("8gaussians", "digits")
 
 # (raw centers, raw noise std, divisor) exactly as in gan_toy.py; points are
 # (center + std * N(0, 1)) / divisor.
@@ -62,7 +64,7 @@ def sample_toy(name: str, key: jax.Array, n: int) -> jax.Array:
 
 
 def toy_modes(name: str) -> tuple[np.ndarray, float]:
-    """(centers (M, 2) float32, per-axis sigma) of a Gaussian-mixture toy set, in data coordinates."""
+    """(centers (M, 2) float32, per-axis sigma) of a Gaussian-mixture toy set, in data units."""
     if name == "swissroll":
         raise ValueError("'swissroll' has no discrete modes; toy_modes needs 8gaussians or "
                          "25gaussians")
@@ -110,5 +112,5 @@ def load_digits(split: str | None = None) -> np.ndarray:
     return images[digit_split()[DIGIT_SPLITS.index(split)]]
 
 
-__all__ = ["DATASETS", "DIGIT_SPLITS", "TOY_DATASETS", "digit_labels", "digit_split",
-           "load_digits", "sample_toy", "toy_modes"]
+__all__ = ["CHECK_DATASETS", "DATASETS", "DIGIT_SPLITS", "TOY_DATASETS", "digit_labels",
+           "digit_split", "load_digits", "sample_toy", "toy_modes"]

@@ -21,7 +21,7 @@ iterations, linear decay over the last half; trained on the first half of the di
 
 from typing import Callable, NamedTuple
 
-from fastgp.train.data import DATASETS, TOY_DATASETS, load_digits, sample_toy
+from fastgp.train.data import TOY_DATASETS, load_digits, sample_toy
 from fastgp.train.models import Model, conv_critic, conv_generator, mlp
 from fastgp.train.state import TrainConfig, index_sampler
 
@@ -56,8 +56,8 @@ class Problem(NamedTuple):
 
 
 def _check(dataset):
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; valid names: {', '.join(DATASETS)}")
+    if dataset not in RECIPES:
+        raise ValueError(f"unknown dataset {dataset!r}; valid names: {', '.join(RECIPES)}")
 
 
 def default_steps(dataset: str) -> int:

@@ -1,6 +1,6 @@
 """Self-check: the sharded trainer must equal the plain one-device trainer, step for step.
 
-    python -m fastgp.train.selfcheck --devices 8 --steps 5 --batch-size 64      # one JSON line; exit 1 if off
+    python -m fastgp.train.selfcheck --devices 8 --steps 5 --batch-size 64  # JSON; exit 1 if off
     python -m fastgp.train.selfcheck --dataset digits --devices 2 --batch-size 32  # conv critic
 
 :func:`run_check` trains the same WGAN-GP (small MLPs on 8 Gaussians, or the digits recipe's conv
@@ -55,14 +55,12 @@ import time
 import jax
 import numpy as np
 
-from fastgp.train.data import load_digits, sample_toy
+from fastgp.train.data import CHECK_DATASETS, load_digits, sample_toy
 from fastgp.train.models import conv_critic, conv_generator, mlp
 from fastgp.train.naive_trainer import NaiveTrainer
 from fastgp.train.recipes import DIGITS
 from fastgp.train.state import TrainConfig, index_sampler
 from fastgp.train.trainer import Trainer, make_mesh
-
-DATASETS = ("8gaussians", "digits")
 
 # Per precision: the bound for each reported difference (None: reported, not gated).
 # bf16 gates the gradients, not the parameters after Adam: Adam's first update of an entry is
@@ -127,13 +125,14 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
     (the default "auto" is XLA everywhere, so the check forces the kernel to exercise it).
     ``dataset``: "8gaussians" (GELU MLPs) or "digits" (conv critic and generator).
     """
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown check dataset {dataset!r}; valid: {', '.join(DATASETS)}")
+    if dataset not in CHECK_DATASETS:
+        raise ValueError(f"unknown check dataset {dataset!r}; valid: {', '.join(CHECK_DATASETS)}")
     available = jax.devices()
     if devices > len(available):
         raise ValueError(f"the check needs {devices} devices but only {len(available)} are "
                          f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
-                         f"{devices} before JAX starts (python -m fastgp.train.selfcheck does this)")
+                         f"{devices} before JAX starts (python -m fastgp.train.selfcheck does "
+                         f"this)")
     if backend is None:
         backend = "tpu-interpret" if jax.default_backend() == "cpu" else "pallas"
     latent = {"latent_dim": DIGITS.fields["latent_dim"]} if dataset == "digits" else {}
@@ -192,8 +191,9 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m fastgp.train.selfcheck", description=__doc__.split("\n")[0])
-    p.add_argument("--dataset", default="8gaussians", choices=DATASETS,
+    p = argparse.ArgumentParser(prog="python -m fastgp.train.selfcheck",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", default=CHECK_DATASETS[0], choices=CHECK_DATASETS,
                    help="8gaussians (small GELU MLPs) or digits (the conv critic and generator)")
     p.add_argument("--devices", type=int, default=8, help="mesh size (CPU devices are simulated)")
     p.add_argument("--steps", type=int, default=5, help="generator iterations K")
@@ -228,7 +228,8 @@ def _rerun_with_devices(n: int, argv) -> int:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {_FORCE_FLAG}={n}".strip()
     env["JAX_PLATFORMS"] = "cpu"
-    return subprocess.run([sys.executable, "-m", "fastgp.train.selfcheck", *argv], env=env).returncode
+    return subprocess.run([sys.executable, "-m", "fastgp.train.selfcheck", *argv],
+                          env=env).returncode
 
 
 def main(argv=None) -> int:
