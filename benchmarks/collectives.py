@@ -53,9 +53,16 @@ def count_collectives(hlo_text: str) -> dict:
     return dict(found)
 
 
+def operand_shapes(hlo_text: str) -> list:
+    """Shapes (``"f32[33537]"``, ``"f32[]"``, ...) of every array the collective ops of an HLO
+    module's text move, a tuple's each."""
+    return [operand for shape, _ in _OP.findall(hlo_text)
+            for operand in re.findall(r"[a-z]+\d*\[[\d,]*\]", shape)]
+
+
 def count_operands(hlo_text: str) -> int:
     """Arrays moved by all the collective ops of an HLO module's text (a tuple counts each)."""
-    return sum(len(re.findall(r"[a-z]+\d*\[", shape)) for shape, _ in _OP.findall(hlo_text))
+    return len(operand_shapes(hlo_text))
 
 
 # (label, topology or None for this host's CPU devices, chips)

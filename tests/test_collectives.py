@@ -12,7 +12,7 @@ from fastgp.train.recipes import build_problem, default_config
 from fastgp.train.trainer import Trainer, make_mesh
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-from collectives import count_collectives  # noqa: E402
+from collectives import count_collectives, operand_shapes  # noqa: E402
 
 
 @functools.cache
@@ -71,3 +71,7 @@ def test_each_gradient_all_reduce_is_one_raveled_operand():
     single = [line for line in text.splitlines()
               if f"= f32[{critic_size}]{{0}} all-reduce(" in line]
     assert len(single) == n_critic, single
+    # The global scalars that ride with the generator's gradient: each critic step's W (one
+    # mean of D(real) - D(fake)) and penalty, and the generator loss.
+    scalars = operand_shapes(text).count("f32[]")
+    assert scalars == 2 * n_critic + 1, text
