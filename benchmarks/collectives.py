@@ -29,6 +29,8 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # "name = shape kind(" where shape is an array shape or a parenthesised tuple of them.
 _OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+# One array of a shape: "f32[4,8]" -> ("f32", "4,8"); "f32[]" -> ("f32", "").
+_ARRAY = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
 _BYTES = {"f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "pred": 1, "s8": 1, "u8": 1,
           "f64": 8, "s64": 8, "u64": 8}
 
@@ -36,7 +38,7 @@ _BYTES = {"f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "pred": 1, "s8": 1,
 def _shape_bytes(shape: str) -> int:
     """Bytes of an HLO result shape such as ``f32[4,8]{1,0}`` or a tuple ``(f32[2], s32[])``."""
     total = 0
-    for dtype, dims in re.findall(r"([a-z]+\d*)\[([\d,]*)\]", shape):
+    for dtype, dims in _ARRAY.findall(shape):
         total += _BYTES.get(dtype, 4) * int(np.prod([int(d) for d in dims.split(",") if d]))
     return total
 
@@ -56,8 +58,7 @@ def count_collectives(hlo_text: str) -> dict:
 def operand_shapes(hlo_text: str) -> list:
     """Shapes (``"f32[33537]"``, ``"f32[]"``, ...) of every array the collective ops of an HLO
     module's text move, a tuple's each."""
-    return [operand for shape, _ in _OP.findall(hlo_text)
-            for operand in re.findall(r"[a-z]+\d*\[[\d,]*\]", shape)]
+    return [m.group(0) for shape, _ in _OP.findall(hlo_text) for m in _ARRAY.finditer(shape)]
 
 
 def count_operands(hlo_text: str) -> int:
