@@ -1,6 +1,7 @@
 """Figures read from a program compiled ahead of time for a TPU (libtpu's compile-only client).
 
     tpu_device(generation)          -> a device of a small topology of that generation
+    tpu_devices(topology)           -> every compile-only device of a topology ("v5p:2x2x2")
     compile_for(device, fn, *args)  -> the compiled program of ``jax.jit(fn)`` on that device
     figures(compiled)               -> dict: flops, bytes, copies, async copies, memory, kernel
     count_copies(hlo_text)          -> {"copy": n, "copy-start": m} outside fused computations
@@ -29,8 +30,12 @@ _COPY = re.compile(r" (copy|copy-start)\(%")
 
 
 @functools.cache
+def tpu_devices(topology: str) -> tuple:
+    return tuple(topologies.get_topology_desc(topology, "tpu").devices)
+
+
 def tpu_device(generation: str):
-    return topologies.get_topology_desc(TOPOLOGIES[generation], "tpu").devices[0]
+    return tpu_devices(TOPOLOGIES[generation])[0]
 
 
 def compile_for(device, fn, *args):

@@ -20,6 +20,7 @@ for a dense one with the kernel. On CUDA the Triton kernel has not been run and 
 to lower, with a ValueError naming the alternatives, anywhere else.
 """
 
+import functools
 from typing import Callable
 
 import jax
@@ -31,6 +32,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from fastgp.kernels import penalty_gpu, penalty_tpu
+from fastgp.partitioning import HOST_CALLBACKS, NO_TPU_PARTITIONER, per_device
 
 BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xla")
 
@@ -102,14 +104,10 @@ def _unsupported(backend: str) -> Callable:
                f"JAX, or 'auto' (the default, XLA today).")
 
     def unsupported(leaf):
-        # Typed like the kernel's output (manual axes included), so that lax.platform_dependent
-        # accepts the branch inside shard_map and the lowering is reached.
-        zeros = jnp.zeros(leaf.shape[:1], jnp.float32)
-        manual = jax.typeof(leaf).manual_axis_type
-        axes = tuple(sorted(manual.varying)) if manual is not None else ()
-        if axes:
-            zeros = lax.pcast(zeros, axes, to="varying")
-        return _unsupported_p.bind(zeros, message=message)
+        # Typed like the kernels' output in every sharding mode (manual axes inside shard_map,
+        # the batch sharding under explicit axes), so that lax.platform_dependent accepts the
+        # branch and the lowering is reached.
+        return _unsupported_p.bind(xla_sumsq(leaf), message=message)
 
     return unsupported
 
@@ -118,18 +116,26 @@ def _per_platform(tpu: Callable, cuda: Callable, default: Callable) -> Callable:
     return lambda leaf: lax.platform_dependent(leaf, tpu=tpu, cuda=cuda, default=default)
 
 
+@functools.cache
 def resolve(backend: str) -> Callable:
-    """The per-leaf sum of squares for a backend name; raises ValueError for an unknown name."""
+    """The per-leaf sum of squares for a backend name; raises ValueError for an unknown name.
+
+    Every kernel backend partitions itself (``fastgp.partitioning``): under shard_map, explicit
+    sharding and Auto-sharded ``jax.jit``, each device reduces its own block of the leaf.
+    """
     if backend in ("xla", "auto"):
         return xla_sumsq
     if backend == "interpret":
-        return _tpu_sumsq(True)
+        return per_device(_tpu_sumsq(True), backend)
     if backend == "tpu-interpret":
-        return _tpu_sumsq(pltpu.InterpretParams())
+        return per_device(_tpu_sumsq(pltpu.InterpretParams()), backend,
+                          unpartitionable=HOST_CALLBACKS)
     if backend == "gpu-interpret":
-        return _gpu_sumsq(True)
+        return per_device(_gpu_sumsq(True), backend)
     if backend == "pallas":
-        return _per_platform(_tpu_sumsq(False), _gpu_sumsq(False), _unsupported(backend))
+        return _per_platform(per_device(_tpu_sumsq(False), backend,
+                                        unpartitionable=NO_TPU_PARTITIONER),
+                             per_device(_gpu_sumsq(False), backend), _unsupported(backend))
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
