@@ -65,8 +65,11 @@ def _describe(shape, spec) -> str:
 
 
 def check_even(shape, spec, axis_sizes, backend: str) -> None:
-    """Every sharded dimension must split evenly: padding of a reduced axis would be summed."""
+    """Every sharded reduced dimension must split evenly: its padding would be summed. (A ragged
+    batch is fine: the padded samples' sums are discarded with the padding.)"""
     for dim, (size, entry) in enumerate(zip(shape, spec)):
+        if dim == 0:
+            continue
         shards = math.prod(axis_sizes[axis] for axis in _axes(entry))
         if size % shards:
             raise ValueError(
@@ -149,6 +152,9 @@ def _auto(block_sumsq: BlockSumsq, backend: str) -> BlockSumsq:
 # that custom_partitioning cannot carry (TPU interpret mode's host callbacks and ordered effects).
 _unpartitioned_p = Primitive("fastgp_requires_unpartitioned")
 _unpartitioned_p.def_abstract_eval(lambda x, *, message: x)
+# Eagerly, as a jitted program on the array's own devices, so the lowering sees them too.
+_unpartitioned_p.def_impl(
+    lambda x, *, message: jax.jit(lambda y: _unpartitioned_p.bind(y, message=message))(x))
 batching.primitive_batchers[_unpartitioned_p] = (
     lambda args, dims, *, message: (_unpartitioned_p.bind(*args, message=message), dims[0]))
 

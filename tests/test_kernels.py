@@ -84,9 +84,20 @@ def test_image_leaves_take_the_lanes_view():
     nchw = jax.make_jaxpr(backends.resolve("interpret"))(jnp.zeros((4, 3, 16, 16)))
     nhwc = jax.make_jaxpr(backends.resolve("interpret"))(jnp.zeros((4, 16, 16, 3)))
     for jaxpr in (nchw, nhwc):
-        (call,) = [e for e in jaxpr.eqns if e.primitive.name in ("jit", "pjit")
+        (call,) = [e for e in equations(jaxpr.jaxpr) if e.primitive.name in ("jit", "pjit")
                    and e.params["name"] == "lane_sumsq"]
         assert call.invars[0].aval.shape == (16, 16, 3, 4)  # (H, W, C, B)
+
+
+def equations(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs nested in its equations' parameters (the
+    kernels sit inside the custom_partitioning op that partitions them)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", param)
+            if hasattr(inner, "eqns"):
+                yield from equations(inner)
 
 
 @pytest.mark.parametrize("view", ["rows", "lanes"])
