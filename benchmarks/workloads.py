@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
+from jax.sharding import PartitionSpec as P
 
 from fastgp import penalty, reference
 from fastgp.train.models import Model, mlp
@@ -79,6 +80,49 @@ def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3,
             h = jax.nn.leaky_relu(h + bias, 0.2)
         h = h.reshape(h.shape[0], -1)
         return (h @ p[-1]["w"] + p[-1]["b"])[:, 0].astype(jnp.float32)
+
+    return Model(init, apply)
+
+
+def _mean_pool_2x2(h):
+    """(B, H, W, C) -> (B, H/2, W/2, C). Under explicit sharding the split of a sharded H or W
+    needs its output sharding spelled out, as any explicitly sharded model must."""
+    b, height, width, c = h.shape
+    sharding = jax.typeof(h).sharding
+    out_sharding = None
+    if not sharding.mesh.empty:
+        sb, sh, sw, sc = tuple(sharding.spec) + (None,) * (4 - len(sharding.spec))
+        out_sharding = sharding.update(spec=P(sb, sh, None, sw, None, sc))
+    split = lax.reshape(h, (b, height // 2, 2, width // 2, 2, c), out_sharding=out_sharding)
+    return split.mean(axis=(2, 4))
+
+
+def meanpool_critic(channels: int = 32, image: int = 32, in_channels: int = 3,
+                    blocks: int = 3) -> Model:
+    """NHWC critic of the WGAN-GP paper's family without residuals: per block a 3x3 stride-1 conv
+    (c, 2c, 4c, ...), LeakyReLU 0.2 and 2x2 mean-pool downsampling; then a dense head -> (B,),
+    written as one contraction over (H, W, C) so that a sharded spatial axis needs no reshape."""
+    widths = [in_channels] + [channels * 2 ** i for i in range(blocks)]
+    side = image >> blocks
+
+    def init(key):
+        keys = jax.random.split(key, blocks + 1)
+        params = [{"w": math.sqrt(2.0 / (9 * c_in)) * jax.random.normal(k, (3, 3, c_in, c_out)),
+                   "b": jnp.zeros((c_out,), jnp.float32)}
+                  for k, c_in, c_out in zip(keys, widths[:-1], widths[1:])]
+        head = (side, side, widths[-1])
+        params.append({"w": jax.random.normal(keys[-1], head) / math.sqrt(math.prod(head)),
+                       "b": jnp.zeros((), jnp.float32)})
+        return params
+
+    def apply(params, x, dtype=jnp.float32):
+        p = jax.tree.map(lambda a: a.astype(dtype), params)
+        h = x.astype(dtype)
+        for layer in p[:-1]:
+            h = lax.conv_general_dilated(h, layer["w"], (1, 1), "SAME",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            h = _mean_pool_2x2(jax.nn.leaky_relu(h + layer["b"], 0.2))
+        return (jnp.einsum("bijk,ijk->b", h, p[-1]["w"]) + p[-1]["b"]).astype(jnp.float32)
 
     return Model(init, apply)
 

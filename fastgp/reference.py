@@ -12,9 +12,10 @@ import jax.numpy as jnp
 def naive_grad_norms(grads):
     """(B,) per-sample L2 norms, plain jnp, in float32 (float64 for float64 input)."""
     leaves = jax.tree.leaves(grads)
-    batch = leaves[0].shape[0]
     dtype = jnp.result_type(jnp.float32, *(leaf.dtype for leaf in leaves))
-    sumsq = sum(jnp.sum(jnp.square(leaf.astype(dtype).reshape(batch, -1)), axis=1)
+    # Summed over the non-batch axes in place (no reshape to (B, D)), so that it also runs under
+    # explicit sharding with a non-batch axis sharded.
+    sumsq = sum(jnp.sum(jnp.square(leaf.astype(dtype)), axis=tuple(range(1, leaf.ndim)))
                 for leaf in leaves)
     return jnp.sqrt(sumsq)
 

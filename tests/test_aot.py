@@ -124,3 +124,27 @@ def test_bf16_image_critic_step_reads_g_where_the_convolution_wrote_it(generatio
     assert kernel_operand_producers(compile_text(generation, step, params, x)) == ["fusion"]
     step = functools.partial(jax.value_and_grad(loss), backend="auto")
     assert kernel_operand_producers(compile_text(generation, step, params, x)) == []
+
+
+# --- Sharded whole steps under jax.jit with NamedSharding (explicit mesh, no shard_map) --------
+
+import tpu_sharded_compile as sharded  # noqa: E402
+
+
+@pytest.mark.parametrize("mesh", list(sharded.MESHES))
+def test_sharded_bf16_critic_step_holds_the_kernel_and_gathers_no_input(mesh):
+    """Batch over 4 chips (v5e, v6e, TPU7x), or over 4 x 2 v5p chips with the image height over
+    "model": the Mosaic call is in each chip's program, and nothing batch-shaped (x, g) is
+    gathered or exchanged all-to-all; the only all-gathers are of parameters."""
+    spec = sharded.CRITIC._replace(model=sharded.W.meanpool_critic(8, 32), batch=64)
+    compiled = sharded.compile_sharded(mesh, "fastgp-pallas", spec)
+    text = compiled.as_text()
+    assert "tpu_custom_call" in text
+    counts = sharded.collectives(text)
+    assert counts["all-to-all"] == 0
+    local_batch = spec.batch // sharded.MESHES[mesh][1][0]
+    for result in counts["gathered"]:
+        dims = re.match(r"\w+\[([\d,]*)\]", result).group(1).split(",")
+        assert dims[0] not in (str(spec.batch), str(local_batch)), result
+    if mesh != "v5p":
+        assert counts["gathered"] == []

@@ -1,9 +1,13 @@
 """Pallas GPU (Triton) kernel: interpret mode against float64, and lowering for CUDA on CPU."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from fastgp import penalty, reference
 from fastgp.kernels import penalty_gpu
@@ -54,3 +58,28 @@ def test_whole_penalty_step_lowers_for_cuda(backend, dtype):
         assert "__gpu$xla.gpu.triton" in text and "fastgp_row_sumsq" in text
     else:
         assert "__gpu$xla.gpu.triton" not in text
+
+
+@pytest.mark.parametrize("spec", [P("data"), P("data", "model")], ids=["batch", "batch+feature"])
+def test_sharded_step_exports_for_cuda_with_the_triton_call_per_device(spec):
+    """Under jax.jit with NamedSharding on an explicit mesh (no shard_map in the step), the CUDA
+    program runs the Triton kernel inside a manual computation on each device's block, with no
+    all-gather; the feature-sharded leaf's partial sums take one all-reduce."""
+    mesh = jax.make_mesh((2, 2), ("data", "model"), devices=jax.devices()[:4],
+                         axis_types=(AxisType.Explicit,) * 2)
+    replicated, data = NamedSharding(mesh, P()), NamedSharding(mesh, spec)
+    params = {"w": jax.ShapeDtypeStruct((300, 8), jnp.float32, sharding=replicated),
+              "v": jax.ShapeDtypeStruct((8,), jnp.float32, sharding=replicated)}
+    x = jax.ShapeDtypeStruct((12, 300), jnp.float32, sharding=data)
+    step = jax.value_and_grad(
+        lambda p, x: penalty.gradient_penalty(lambda y: jnp.tanh(y @ p["w"]) @ p["v"], x,
+                                              backend="pallas"))
+    with jax.set_mesh(mesh):
+        exported = jax.export.export(jax.jit(step), platforms=["cuda"],
+                                     disabled_checks=[TRITON])(params, x)
+    text = exported.mlir_module()
+    assert exported.nr_devices == 4
+    assert "__gpu$xla.gpu.triton" in text and "sdy.manual_computation" in text
+    assert "all_gather" not in text
+    reduced = re.findall(r"sdy\.all_reduce|stablehlo\.all_reduce", text)
+    assert bool(reduced) == (spec == P("data", "model"))
