@@ -1,7 +1,8 @@
 """Compile sharded whole critic steps for TPU meshes ahead of time; compare each chip's program with
 the single-chip program of its share of the batch.
 
-    JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 python benchmarks/tpu_sharded_compile.py [--quick]
+    JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 \
+        python benchmarks/tpu_sharded_compile.py [--quick]
 
 One bf16 WGAN-GP critic step (critic loss + penalty at interpolates, value_and_grad wrt params,
 Adam) of an NHWC conv critic (``workloads.meanpool_critic``: 3x3 stride-1 convs, 2x2 mean-pool)

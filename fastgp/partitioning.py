@@ -102,6 +102,53 @@ def _explicit(block_sumsq: BlockSumsq, leaf, mesh, backend: str):
                          out_specs=P(spec[0]), check_vma=False)(leaf)
 
 
+# --- Refusals, checked when the program is lowered ---------------------------------------------
+
+# A pass-through whose lowering refuses an Auto-sharded program over several devices: always for
+# kernels that custom_partitioning cannot carry, and under jax.export for the rest (an exported
+# program cannot hold custom_partitioning's Python callbacks).
+_unpartitioned_p = Primitive("fastgp_requires_unpartitioned")
+_unpartitioned_p.def_abstract_eval(lambda x, *, message, export_only: x)
+# Eagerly, as a jitted program on the array's own devices, so the lowering sees them too.
+_unpartitioned_p.def_impl(lambda x, **params: jax.jit(
+    lambda y: _unpartitioned_p.bind(y, **params))(x))
+batching.primitive_batchers[_unpartitioned_p] = (
+    lambda args, dims, **params: (_unpartitioned_p.bind(*args, **params), dims[0]))
+
+
+def _lower_unpartitioned(ctx, x, *, message, export_only):
+    several = getattr(ctx.module_context.axis_context, "num_devices", 1) > 1
+    exporting = ctx.module_context.lowering_parameters.for_export
+    if several and (exporting or not export_only):
+        raise ValueError(message)
+    return [x]
+
+
+mlir.register_lowering(_unpartitioned_p, _lower_unpartitioned)
+
+
+def _refuse_when_lowered(leaf, message: str, export_only: bool = False):
+    return _unpartitioned_p.bind(leaf, message=message, export_only=export_only)
+
+
+# Why a kernel cannot be custom-partitioned, where it cannot: completes "...; it cannot run ..."
+HOST_CALLBACKS = ("it simulates the TPU through host callbacks, which custom_partitioning cannot "
+                  "carry into the per-device program")
+NO_TPU_PARTITIONER = ("XLA:TPU has no partitioner for custom_partitioning ops (\"Custom emitter "
+                      "for CustomSPMDPartitioning not found\", jax-ml/jax#38196)")
+
+
+def _single_device_only(block_sumsq: BlockSumsq, backend: str, reason: str) -> BlockSumsq:
+    message = (f"backend={backend!r} cannot run on this Auto-sharded program over several "
+               f"devices: {reason}; it would otherwise gather every leaf onto each device. Run "
+               f"the step under explicit sharding (jax.make_mesh's default axis types, arrays "
+               f"placed with NamedSharding, jax.set_mesh) or inside shard_map, where "
+               f"{backend!r} runs per device, or use backend='auto'."
+               + (" On CPU, backend='interpret' runs the same kernel partitioned per device."
+                  if reason is HOST_CALLBACKS else ""))
+    return lambda leaf: block_sumsq(_refuse_when_lowered(leaf, message))
+
+
 # --- Auto sharding: the partitioner decides and calls back --------------------------------------
 
 def _named_sharding(arg, backend: str) -> NamedSharding:
@@ -120,7 +167,7 @@ def _auto(block_sumsq: BlockSumsq, backend: str) -> BlockSumsq:
     """``block_sumsq`` as a custom_partitioning op: (B, ...) leaf -> (B,) sums."""
 
     @custom_partitioning
-    def sumsq(leaf):
+    def partitioned(leaf):
         return block_sumsq(leaf)
 
     def layout(arg):
@@ -142,48 +189,15 @@ def _auto(block_sumsq: BlockSumsq, backend: str) -> BlockSumsq:
         reduced = tuple(f"r{dim}" for dim in range(1, len(operand_types[0].shape)))
         return f"b {' '.join(reduced)} -> b", {"reduction_factors": reduced}
 
-    sumsq.def_partition(partition=partition,
-                        infer_sharding_from_operands=infer_sharding_from_operands,
-                        sharding_rule=sharding_rule)
-    return sumsq
-
-
-# A pass-through whose lowering refuses an Auto-sharded program on several devices, for kernels
-# that custom_partitioning cannot carry (TPU interpret mode's host callbacks and ordered effects).
-_unpartitioned_p = Primitive("fastgp_requires_unpartitioned")
-_unpartitioned_p.def_abstract_eval(lambda x, *, message: x)
-# Eagerly, as a jitted program on the array's own devices, so the lowering sees them too.
-_unpartitioned_p.def_impl(
-    lambda x, *, message: jax.jit(lambda y: _unpartitioned_p.bind(y, message=message))(x))
-batching.primitive_batchers[_unpartitioned_p] = (
-    lambda args, dims, *, message: (_unpartitioned_p.bind(*args, message=message), dims[0]))
-
-
-def _lower_unpartitioned(ctx, x, *, message):
-    if getattr(ctx.module_context.axis_context, "num_devices", 1) > 1:
-        raise ValueError(message)
-    return [x]
-
-
-mlir.register_lowering(_unpartitioned_p, _lower_unpartitioned)
-
-
-# Why a kernel cannot be custom-partitioned, where it cannot: completes "...; it cannot run ..."
-HOST_CALLBACKS = ("it simulates the TPU through host callbacks, which custom_partitioning cannot "
-                  "carry into the per-device program")
-NO_TPU_PARTITIONER = ("XLA:TPU has no partitioner for custom_partitioning ops (\"Custom emitter "
-                      "for CustomSPMDPartitioning not found\", jax-ml/jax#38196)")
-
-
-def _single_device_only(block_sumsq: BlockSumsq, backend: str, reason: str) -> BlockSumsq:
-    message = (f"backend={backend!r} cannot run on this Auto-sharded program over several "
-               f"devices: {reason}; it would otherwise gather every leaf onto each device. Run "
-               f"the step under explicit sharding (jax.make_mesh's default axis types, arrays "
-               f"placed with NamedSharding, jax.set_mesh) or inside shard_map, where "
-               f"{backend!r} runs per device, or use backend='auto'."
-               + (" On CPU, backend='interpret' runs the same kernel partitioned per device."
-                  if reason is HOST_CALLBACKS else ""))
-    return lambda leaf: block_sumsq(_unpartitioned_p.bind(leaf, message=message))
+    partitioned.def_partition(partition=partition,
+                              infer_sharding_from_operands=infer_sharding_from_operands,
+                              sharding_rule=sharding_rule)
+    export_message = (
+        f"backend={backend!r} under Auto sharding over several devices partitions the kernel "
+        f"with custom_partitioning, whose Python callbacks an exported program cannot hold. "
+        f"Export the step under explicit sharding (jax.make_mesh's default axis types, "
+        f"jax.set_mesh), where the kernel runs in a shard_map, or use backend='auto'.")
+    return lambda leaf: partitioned(_refuse_when_lowered(leaf, export_message, export_only=True))
 
 
 # --- Dispatch on the sharding mode --------------------------------------------------------------
@@ -224,9 +238,8 @@ def per_device(block_sumsq: BlockSumsq, backend: str, *, unpartitionable: str | 
         spec = full_spec(jax.typeof(leaf).sharding.spec, leaf.ndim)
         raise ValueError(
             f"backend={backend!r}: {_describe(leaf.shape, spec)} is traced on a mesh with axis "
-            f"types "
-            f"{dict(zip(mesh.axis_names, mesh.axis_types))}; the kernel partitions itself when "
-            f"every axis is Auto, every axis is Explicit, or inside a shard_map over every axis. "
+            f"types {dict(zip(mesh.axis_names, mesh.axis_types))}; the kernel partitions itself "
+            f"when every axis is Auto, every axis is Explicit, or inside a shard_map over every axis. "
             f"Make the shard_map cover every mesh axis, use one axis type, or use backend='xla'.")
 
     return sumsq

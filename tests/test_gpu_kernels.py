@@ -83,3 +83,15 @@ def test_sharded_step_exports_for_cuda_with_the_triton_call_per_device(spec):
     assert "all_gather" not in text
     reduced = re.findall(r"sdy\.all_reduce|stablehlo\.all_reduce", text)
     assert bool(reduced) == (spec == P("data", "model"))
+
+
+def test_auto_sharded_export_names_explicit_sharding_instead():
+    """custom_partitioning's Python callbacks cannot be serialized: exporting an Auto-sharded step
+    with the kernel is refused by name, with the spelling that exports."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("data",))
+    w = jax.ShapeDtypeStruct((300,), jnp.float32, sharding=NamedSharding(mesh, P()))
+    x = jax.ShapeDtypeStruct((12, 300), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+    step = jax.grad(lambda w, x: penalty.gradient_penalty(lambda y: jnp.tanh(y) @ w, x,
+                                                          backend="pallas"))
+    with pytest.raises(ValueError, match="cannot hold.*explicit sharding"):
+        jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[TRITON])(w, x)
