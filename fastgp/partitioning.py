@@ -197,7 +197,26 @@ def _auto(block_sumsq: BlockSumsq, backend: str) -> BlockSumsq:
         f"with custom_partitioning, whose Python callbacks an exported program cannot hold. "
         f"Export the step under explicit sharding (jax.make_mesh's default axis types, "
         f"jax.set_mesh), where the kernel runs in a shard_map, or use backend='auto'.")
-    return lambda leaf: partitioned(_refuse_when_lowered(leaf, export_message, export_only=True))
+    return _merging_vmapped_batches(
+        lambda leaf: partitioned(_refuse_when_lowered(leaf, export_message, export_only=True)))
+
+
+def _merging_vmapped_batches(sumsq: BlockSumsq) -> BlockSumsq:
+    """``sumsq`` under ``jax.vmap`` too (custom_partitioning has no batching rule): a vmapped
+    (V, B, ...) leaf is reduced as one (V * B, ...) batch."""
+
+    @jax.custom_batching.custom_vmap
+    def batchable(leaf):
+        return sumsq(leaf)
+
+    @batchable.def_vmap
+    def _vmapped(axis_size, in_batched, leaf):
+        if not in_batched[0]:
+            return batchable(leaf), False
+        sums = batchable(leaf.reshape((axis_size * leaf.shape[1],) + leaf.shape[2:]))
+        return sums.reshape(leaf.shape[:2]), True
+
+    return batchable
 
 
 # --- Dispatch on the sharding mode --------------------------------------------------------------

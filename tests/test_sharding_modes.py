@@ -196,6 +196,17 @@ def test_kernel_equals_naive_and_adds_no_collective(backend, name, mode, devices
         assert collectives(text, "all-gather") == 0
 
 
+@pytest.mark.parametrize("mode", ["jit-2d", "explicit-2d"])
+def test_gpu_interpret_partitions_like_the_tpu_kernels(mode):
+    """The Triton kernel's interpret mode goes through the same partitioning (CPU stand-in for
+    the CUDA program, whose partitioned compile needs a GPU)."""
+    got, text = compiled_figures(mode, 8, "mlp", "gpu-interpret")
+    assert_matches_naive(got, "mlp")
+    _, xla_text = compiled_figures(mode, 8, "mlp", "xla")
+    assert collectives(text, "all-gather") <= collectives(xla_text, "all-gather")
+    assert collectives(text, "all-reduce") <= collectives(xla_text, "all-reduce")
+
+
 # --- The partial sums' one all-reduce -----------------------------------------------------------
 
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
@@ -268,3 +279,18 @@ def test_mixed_axis_types_are_an_error_naming_them():
     with pytest.raises(ValueError, match="axis types.*Explicit.*Auto"):
         with jax.set_mesh(mesh):
             penalty.grad_norms(g, backend="interpret")
+
+
+@pytest.mark.parametrize("backend", ["interpret", "gpu-interpret"])
+def test_vmapped_penalty_and_gradients_equal_each_batch_on_its_own(backend):
+    """custom_partitioning has no batching rule; under jax.vmap the kernel backends reduce the
+    stacked (V, B, ...) leaf as one (V * B, ...) batch."""
+    apply, params, x, _ = problem("nhwc-conv")
+    stack = jnp.stack([x, 2 * x, -x])
+    loss = lambda p, x, fn: fn(functools.partial(apply, p), x)
+    ours = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, None))(
+        params, stack, functools.partial(penalty.gradient_penalty, backend=backend))
+    for i, xi in enumerate(stack):
+        naive = jax.value_and_grad(loss)(params, xi, reference.naive_gradient_penalty)
+        for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(naive)):
+            np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
