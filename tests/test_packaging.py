@@ -1,23 +1,90 @@
-"""Packaging: the wheel's layout, and the library standing apart from the training application."""
+"""Packaging: the sdist and wheel contents, imports without side effects, and the library
+standing apart from the training application."""
 
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
+                                    ".pytest_cache", ".hypothesis", ".benchmarks", "runs")
 
 
-def test_wheel_holds_only_the_fastgp_package(tmp_path):
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory):
+    """Builds the sdist from a clean copy of the tree and the wheel from that sdist, as pip does.
+
+    The copy keeps the build from writing into the checkout (and from packing a stale build/);
+    building the wheel from the sdist checks that the sdist holds everything the wheel needs.
+    """
+    tmp = tmp_path_factory.mktemp("dists")
+    shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
+    build_sdist = ("import sys; from setuptools import build_meta; "
+                   "build_meta.build_sdist(sys.argv[1])")
+    subprocess.run([sys.executable, "-c", build_sdist, str(tmp)], cwd=tmp / "src", check=True,
+                   capture_output=True)
+    (sdist,) = tmp.glob("fastgp-*.tar.gz")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "--quiet", "-w", str(tmp_path), str(ROOT)], check=True, cwd=tmp_path)
-    (wheel,) = tmp_path.glob("fastgp-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+                    "--quiet", "-w", str(tmp), str(sdist)], cwd=tmp, check=True)
+    (wheel,) = tmp.glob("fastgp-*.whl")
+    with tarfile.open(sdist) as tar:
+        sdist_names = {name.partition("/")[2] for name in tar.getnames()}
+    return sdist_names, wheel.name, zipfile.ZipFile(wheel).namelist()
+
+
+def test_wheel_holds_only_the_fastgp_package(dists):
+    _, wheel, names = dists
+    dist_info = wheel.split("-py3")[0] + ".dist-info"
     top_level = {name.split("/")[0] for name in names}
-    assert top_level == {"fastgp", wheel.name.split("-py3")[0] + ".dist-info"}, top_level
+    assert top_level == {"fastgp", dist_info}, top_level
+    for package in ("fastgp", "fastgp/kernels", "fastgp/train"):
+        assert f"{package}/__init__.py" in names, package
     assert "fastgp/kernels/penalty_tpu.py" in names and "fastgp/kernels/tiling.py" in names
+    assert not [name for name in names if re.search(r"(^|/)(tests|benchmarks)/", name)]
+
+
+def test_wheel_ships_the_typing_markers_and_the_license(dists):
+    _, wheel, names = dists
+    dist_info = wheel.split("-py3")[0] + ".dist-info"
+    assert "fastgp/py.typed" in names and "fastgp/kernels/py.typed" in names
+    assert f"{dist_info}/licenses/LICENSE" in names, [n for n in names if "dist-info" in n]
+
+
+def test_sdist_holds_the_license_changelog_readme_and_project(dists):
+    sdist_names, _, _ = dists
+    assert {"LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml"} <= sdist_names
+    assert {"fastgp/py.typed", "kernels/py.typed"} <= sdist_names
+
+
+def test_importing_fastgp_configures_no_logging():
+    """No fastgp module sets logging levels or handlers when imported; the command does its own."""
+    code = """if True:
+        import importlib, logging, pkgutil
+        import absl.logging
+
+        def levels():
+            return (logging.getLogger().level, logging.getLogger("absl").level,
+                    absl.logging.get_verbosity())
+
+        before = levels()
+        names = ["fastgp.train.checkpoints", "fastgp.train.cli"]
+        for package in ("fastgp", "fastgp.kernels", "fastgp.train"):
+            path = importlib.import_module(package).__path__
+            names += [f"{package}.{module.name}" for module in pkgutil.iter_modules(path)]
+        for name in names:
+            importlib.import_module(name)
+            assert levels() == before, f"importing {name}: {before} -> {levels()}"
+        """
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_the_library_loads_nothing_of_the_training_application():

@@ -19,7 +19,6 @@ A save that fails raises :class:`CheckpointWriteError`; a checkpoint that cannot
 
 import hashlib
 import json
-import logging
 import os
 import re
 import shutil
@@ -32,9 +31,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 DIGEST = "fastgp-digest.json"
-
-# orbax logs every failure with its traceback through absl; the errors below say it in one line.
-logging.getLogger("absl").setLevel(logging.CRITICAL)
 
 
 class CheckpointWriteError(OSError):

@@ -14,6 +14,7 @@ Exit status of ``train``: 0 done; 2 a bad flag or --out (one line naming it); 1 
 
 import argparse
 import json
+import logging
 import math
 import os
 import signal
@@ -357,6 +358,10 @@ def _reexec_needed(devices) -> bool:
 def main(argv=None) -> int:
     """Entry point of the ``fastgp`` script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    # orbax logs every failure with its traceback through absl; the command says it in one line
+    # (CheckpointWriteError, CheckpointDamaged). Set here, not at import: programs that import
+    # fastgp.train keep their own logging.
+    logging.getLogger("absl").setLevel(logging.CRITICAL)
     parser = build_parser()
     args = parser.parse_args(argv)
     _validate(parser, args)
