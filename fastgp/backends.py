@@ -17,7 +17,8 @@ reduction into the fusion that writes g, so it costs no read of its own, while t
 once more: flops and copy ops are equal, bytes 0.2-0.4 % higher for image critics and 1.1-1.3 %
 for a dense one with the kernel. On CUDA the Triton kernel has not been run and timed on a GPU.
 ``"pallas"`` runs the TPU kernels on every leaf on TPU and the Triton kernel on CUDA, and fails
-to lower, with a ValueError naming the alternatives, anywhere else.
+to lower, with a ValueError naming the alternatives, anywhere else. Every kernel backend runs on
+each device's block of a sharded leaf (``fastgp.partitioning``).
 """
 
 import functools

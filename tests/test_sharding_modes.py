@@ -9,6 +9,7 @@ reduced axis cost exactly one all-reduce.
 """
 
 import functools
+import os
 import re
 
 import jax
@@ -294,3 +295,32 @@ def test_vmapped_penalty_and_gradients_equal_each_batch_on_its_own(backend):
         naive = jax.value_and_grad(loss)(params, xi, reference.naive_gradient_penalty)
         for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(naive)):
             np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
+
+
+GSPMD_SCRIPT = """
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_num_cpu_devices", 8)
+jax.config.update("jax_use_shardy_partitioner", False)
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from fastgp import penalty
+mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+g = jax.random.normal(jax.random.PRNGKey(1), (16, 8, 6, 3))
+for spec, all_reduces in [(P("data"), 0), (P("data", "model"), 1), (P(), 0)]:
+    fn = jax.jit(lambda g: penalty.grad_norms(g, backend="interpret"),
+                 in_shardings=NamedSharding(mesh, spec))
+    text = fn.lower(g).compile().as_text()
+    assert text.count(" all-reduce(") == all_reduces and "all-gather" not in text, spec
+    np.testing.assert_allclose(fn(g), np.sqrt(np.sum(np.asarray(g, np.float64) ** 2, (1, 2, 3))),
+                               rtol=1e-6)
+print("ok")
+"""
+
+
+def test_gspmd_callbacks_partition_like_the_shardy_rule():
+    """With Shardy off, the GSPMD callbacks (infer_sharding_from_operands, partition) do it."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    run = subprocess.run([sys.executable, "-c", GSPMD_SCRIPT], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
