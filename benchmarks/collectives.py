@@ -31,8 +31,19 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "coll
 _OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
 # One array of a shape: "f32[4,8]" -> ("f32", "4,8"); "f32[]" -> ("f32", "").
 _ARRAY = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
-_BYTES = {"f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "pred": 1, "s8": 1, "u8": 1,
-          "f64": 8, "s64": 8, "u64": 8}
+_BYTES = {
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "bf16": 2,
+    "f16": 2,
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "f64": 8,
+    "s64": 8,
+    "u64": 8,
+}
 
 
 def _shape_bytes(shape: str) -> int:
@@ -67,8 +78,12 @@ def count_operands(hlo_text: str) -> int:
 
 
 # (label, topology or None for this host's CPU devices, chips)
-MESHES = [("CPU, 4 devices", None, 4), ("TPU v5e 2x2", "v5e:2x2", 4),
-          ("TPU v5p 4x4x4", "v5p:4x4x4", 64), ("TPU v5e 16x16", "v5e:16x16", 256)]
+MESHES = [
+    ("CPU, 4 devices", None, 4),
+    ("TPU v5e 2x2", "v5e:2x2", 4),
+    ("TPU v5p 4x4x4", "v5p:4x4x4", 64),
+    ("TPU v5e 16x16", "v5e:16x16", 256),
+]
 PER_CHIP_BATCH = 8
 
 
@@ -94,23 +109,27 @@ def compile_steps(dataset: str, topology) -> dict:
 
     def spec(tree, partition):
         sharding = NamedSharding(mesh, partition)
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                            tree)
+        return jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree
+        )
 
-    state = spec(jax.eval_shape(lambda: init_state(config, problem.generator, problem.critic)),
-                 P())
-    sample = jax.eval_shape(lambda k: problem.sample_real(k, config.batch_size),
-                            jax.random.PRNGKey(0))
+    state = spec(jax.eval_shape(lambda: init_state(config, problem.generator, problem.critic)), P())
+    sample = jax.eval_shape(
+        lambda k: problem.sample_real(k, config.batch_size), jax.random.PRNGKey(0)
+    )
     real = spec(jax.ShapeDtypeStruct(sample.shape, jnp.float32), P("data"))
     step = spec(jax.ShapeDtypeStruct((), jnp.int32), P())
     critic = trainer.critic_step.lower(state, real, step).compile().as_text()
     iteration = trainer.run.lower(state, 1).compile().as_text()
     written_out = trainer.iteration.lower(state).compile().as_text()
-    return {"critic step": count_collectives(critic),
-            "generator iteration": count_collectives(iteration),
-            "written-out iteration": count_collectives(written_out),
-            "written-out operands": count_operands(written_out),
-            "n_critic": config.n_critic, "global batch": config.batch_size}
+    return {
+        "critic step": count_collectives(critic),
+        "generator iteration": count_collectives(iteration),
+        "written-out iteration": count_collectives(written_out),
+        "written-out operands": count_operands(written_out),
+        "n_critic": config.n_critic,
+        "global batch": config.batch_size,
+    }
 
 
 def _cell(found: dict) -> str:
@@ -120,18 +139,22 @@ def _cell(found: dict) -> str:
 
 
 def main() -> int:
-    results, lines = [], [
-        "# Collectives per compiled training step",
-        "",
-        "Read from compiled programs (`python benchmarks/collectives.py`): one critic step, and one",
-        "generator iteration (`n_critic` critic steps in a scan, whose body is counted once, plus the",
-        "generator step), and the same iteration written out (each critic step counted: what runs",
-        "per iteration) with the arrays its collectives move (a tuple operand counts each).",
-        f"Global batch = {PER_CHIP_BATCH} per chip. TPU programs are compiled ahead of time from a",
-        "CPU host with libtpu (`get_topology_desc`).",
-        "",
-        "| model | mesh | chips | critic step | generator iteration | written out | operands |",
-        "|---|---|---|---|---|---|---|"]
+    results, lines = (
+        [],
+        [
+            "# Collectives per compiled training step",
+            "",
+            "Read from compiled programs (`python benchmarks/collectives.py`): one critic step, and one",
+            "generator iteration (`n_critic` critic steps in a scan, whose body is counted once, plus the",
+            "generator step), and the same iteration written out (each critic step counted: what runs",
+            "per iteration) with the arrays its collectives move (a tuple operand counts each).",
+            f"Global batch = {PER_CHIP_BATCH} per chip. TPU programs are compiled ahead of time from a",
+            "CPU host with libtpu (`get_topology_desc`).",
+            "",
+            "| model | mesh | chips | critic step | generator iteration | written out | operands |",
+            "|---|---|---|---|---|---|---|",
+        ],
+    )
     for dataset in ("8gaussians", "digits"):
         for label, topology, chips in MESHES:
             try:
@@ -142,10 +165,12 @@ def main() -> int:
             if "error" in found:
                 lines.append(f"| {dataset} | {label} | {chips} | {found['error']} | | | |")
             else:
-                lines.append(f"| {dataset} | {label} | {chips} | {_cell(found['critic step'])} | "
-                             f"{_cell(found['generator iteration'])} | "
-                             f"{_cell(found['written-out iteration'])} | "
-                             f"{found['written-out operands']} |")
+                lines.append(
+                    f"| {dataset} | {label} | {chips} | {_cell(found['critic step'])} | "
+                    f"{_cell(found['generator iteration'])} | "
+                    f"{_cell(found['written-out iteration'])} | "
+                    f"{found['written-out operands']} |"
+                )
             print(lines[-1], flush=True)
     out = pathlib.Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,13 @@ import re
 import jax
 from jax.experimental import topologies
 
-TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2",
-              "7x": "TPU7x:2x2x1"}
+TOPOLOGIES = {
+    "v4": "v4:2x2x1",
+    "v5e": "v5e:2x2",
+    "v5p": "v5p:2x2x1",
+    "v6e": "v6e:2x2",
+    "7x": "TPU7x:2x2x1",
+}
 
 _COMPUTATION = re.compile(r"^(?:ENTRY )?(%[\w.\-]+) .*\{\s*$")
 _CALLED = re.compile(r"calls=(%[\w.\-]+)")
@@ -65,8 +70,13 @@ def figures(compiled) -> dict:
     text = compiled.as_text()
     copies = count_copies(text)
     return dict(
-        flops=float(cost["flops"]), bytes=float(cost["bytes accessed"]),
-        copies=copies["copy"], async_copies=copies["copy-start"],
+        flops=float(cost["flops"]),
+        bytes=float(cost["bytes accessed"]),
+        copies=copies["copy"],
+        async_copies=copies["copy-start"],
         kernel="tpu_custom_call" in text,
-        argument=int(memory.argument_size_in_bytes), output=int(memory.output_size_in_bytes),
-        alias=int(memory.alias_size_in_bytes), temp=int(memory.temp_size_in_bytes))
+        argument=int(memory.argument_size_in_bytes),
+        output=int(memory.output_size_in_bytes),
+        alias=int(memory.alias_size_in_bytes),
+        temp=int(memory.temp_size_in_bytes),
+    )

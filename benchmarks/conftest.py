@@ -39,8 +39,9 @@ def bench(benchmark):
         call()  # compile + first run
         iterations = _calibrate(call)
         benchmark.group = group
-        benchmark.extra_info.update(path=path, baseline=baseline, loadavg_1m=os.getloadavg()[0],
-                                    **info)
+        benchmark.extra_info.update(
+            path=path, baseline=baseline, loadavg_1m=os.getloadavg()[0], **info
+        )
         return benchmark.pedantic(call, rounds=rounds, iterations=iterations, warmup_rounds=1)
 
     return run
@@ -87,14 +88,19 @@ def paired(benchmark):
         benchmark.pedantic(one_round, rounds=rounds, iterations=1)
         base = np.asarray(samples[baseline])
         benchmark.extra_info.update(
-            path="paired", baseline_path=baseline, loadavg_1m=[load_before, os.getloadavg()[0]],
+            path="paired",
+            baseline_path=baseline,
+            loadavg_1m=[load_before, os.getloadavg()[0]],
             samples_s=samples,
             median_s={n: float(np.median(s)) for n, s in samples.items()},
-            iqr_s={n: [float(np.percentile(s, 25)), float(np.percentile(s, 75))]
-                   for n, s in samples.items()},
+            iqr_s={
+                n: [float(np.percentile(s, 25)), float(np.percentile(s, 75))]
+                for n, s in samples.items()
+            },
             ratio_of_medians={n: float(np.median(s) / np.median(base)) for n, s in samples.items()},
             paired_ratio={n: float(np.median(np.asarray(s) / base)) for n, s in samples.items()},
-            **info)
+            **info,
+        )
         return samples
 
     return run

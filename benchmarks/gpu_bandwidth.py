@@ -34,10 +34,13 @@ def main():
     parser.add_argument("--out", default="benchmarks/results/gpu_bandwidth.md")
     args = parser.parse_args()
     device = jax.devices()[0]
-    rows = [f"Device: {device.device_kind}; JAX {jax.__version__}. GB/s from minimum bytes; "
-            "kernel / XLA is a ratio of times (lower is better).", "",
-            "| B x D | dtype | copy GB/s | kernel GB/s | XLA GB/s | kernel / XLA |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        f"Device: {device.device_kind}; JAX {jax.__version__}. GB/s from minimum bytes; "
+        "kernel / XLA is a ratio of times (lower is better).",
+        "",
+        "| B x D | dtype | copy GB/s | kernel GB/s | XLA GB/s | kernel / XLA |",
+        "|---|---|---|---|---|---|",
+    ]
     for batch, features in SHAPES:
         for dtype in (jnp.float32, jnp.bfloat16):
             g = jax.random.normal(jax.random.PRNGKey(0), (batch, features), dtype)
@@ -46,9 +49,11 @@ def main():
             kernel = median_seconds(jax.jit(penalty_gpu.row_sumsq), g)
             xla = median_seconds(jax.jit(backends.xla_sumsq), g)
             gbs = lambda b, t: f"{b / t / 1e9:.0f}"
-            rows.append(f"| {batch} x {features} | {jnp.dtype(dtype).name} "
-                        f"| {gbs(2 * nbytes, copy)} | {gbs(nbytes, kernel)} | {gbs(nbytes, xla)} "
-                        f"| {kernel / xla:.2f} |")
+            rows.append(
+                f"| {batch} x {features} | {jnp.dtype(dtype).name} "
+                f"| {gbs(2 * nbytes, copy)} | {gbs(nbytes, kernel)} | {gbs(nbytes, xla)} "
+                f"| {kernel / xla:.2f} |"
+            )
             print(rows[-1], flush=True)
     with open(args.out, "w") as f:
         f.write("\n".join(rows) + "\n")

@@ -27,7 +27,7 @@ import pathlib
 import sys
 import time
 
-if "--devices" in sys.argv:          # before JAX starts: simulated CPU devices
+if "--devices" in sys.argv:  # before JAX starts: simulated CPU devices
     _n = sys.argv[sys.argv.index("--devices") + 1]
     os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={_n}")
 else:
@@ -54,33 +54,53 @@ def effective_weight(reduction: str, weight: float, batch: int) -> float:
 def train_cell(dataset, reduction, weight, batch, steps, devices, seed):
     """One run; a JSON-ready dict of its quality and late-training penalty and norm statistics."""
     lam = effective_weight(reduction, weight, batch)
-    config = TrainConfig(**{**TOY.fields, "batch_size": batch, "gp_weight": lam},
-                         total_steps=steps, seed=seed, backend="xla")
+    config = TrainConfig(
+        **{**TOY.fields, "batch_size": batch, "gp_weight": lam},
+        total_steps=steps,
+        seed=seed,
+        backend="xla",
+    )
     generator, critic = toy_networks(config.latent_dim, TOY.width)
-    trainer = Trainer(config, generator, critic, lambda key, n: sample_toy(dataset, key, n),
-                      mesh=make_mesh(jax.devices()[:devices]), fused=True)
+    trainer = Trainer(
+        config,
+        generator,
+        critic,
+        lambda key, n: sample_toy(dataset, key, n),
+        mesh=make_mesh(jax.devices()[:devices]),
+        fused=True,
+    )
     start = time.perf_counter()
     state = trainer.init()
-    tenth = steps // 10                    # ten equal chunks: one compiled program
+    tenth = steps // 10  # ten equal chunks: one compiled program
     for _ in range(10):
         state, metrics = trainer.run(state, tenth)
     samples = np.asarray(trainer.sample(state, jax.random.PRNGKey(10_000 + seed), 2500))
     wall = time.perf_counter() - start
     critic = {k: np.asarray(v) for k, v in metrics.items() if k != "generator_loss"}
     finite = bool(np.all(np.isfinite(samples)) and np.all(np.isfinite(critic["critic_loss"])))
-    quality = mode_quality(samples, *toy_modes(dataset)) if finite else {
-        "modes": 0, "total_modes": len(toy_modes(dataset)[0]), "high_quality": 0.0}
+    quality = (
+        mode_quality(samples, *toy_modes(dataset))
+        if finite
+        else {"modes": 0, "total_modes": len(toy_modes(dataset)[0]), "high_quality": 0.0}
+    )
     penalty = float(np.mean(critic["penalty"][..., 0]))
-    return {"reduction": reduction, "weight": weight, "batch": batch, "effective_weight": lam,
-            "finite": finite, "modes": int(quality["modes"]),
-            "total_modes": int(quality["total_modes"]),
-            "high_quality": float(quality["high_quality"]),
-            "penalty": penalty, "mean_sample_penalty": penalty / lam,
-            "wasserstein": float(np.mean(critic["wasserstein"][..., 0])),
-            "norm_mean": float(np.mean(critic["norm_mean"])),
-            "norm_min": float(np.min(critic["norm_min"])),
-            "norm_max": float(np.max(critic["norm_max"])),
-            "wall_s": round(wall, 1)}
+    return {
+        "reduction": reduction,
+        "weight": weight,
+        "batch": batch,
+        "effective_weight": lam,
+        "finite": finite,
+        "modes": int(quality["modes"]),
+        "total_modes": int(quality["total_modes"]),
+        "high_quality": float(quality["high_quality"]),
+        "penalty": penalty,
+        "mean_sample_penalty": penalty / lam,
+        "wasserstein": float(np.mean(critic["wasserstein"][..., 0])),
+        "norm_mean": float(np.mean(critic["norm_mean"])),
+        "norm_min": float(np.min(critic["norm_min"])),
+        "norm_max": float(np.max(critic["norm_max"])),
+        "wall_s": round(wall, 1),
+    }
 
 
 def _fmt(x):
@@ -98,13 +118,15 @@ def write_table(cells, args, path):
         "",
         "| reduction | lambda | batch | effective lambda | modes | high quality | penalty term "
         "| mean (n - 1)^2 | norm mean | norm min | norm max | W estimate | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in cells:
         lines.append(
             f"| {c['reduction']} | {c['weight']:g} | {c['batch']} | {c['effective_weight']:g} | "
             f"{c['modes']}/{c['total_modes']} | {c['high_quality']:.1f} % | {_fmt(c['penalty'])} | "
             f"{_fmt(c['mean_sample_penalty'])} | {_fmt(c['norm_mean'])} | {_fmt(c['norm_min'])} | "
-            f"{_fmt(c['norm_max'])} | {_fmt(c['wasserstein'])} | {c['wall_s']:.0f} |")
+            f"{_fmt(c['norm_max'])} | {_fmt(c['wasserstein'])} | {c['wall_s']:.0f} |"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -112,24 +134,42 @@ def write_heatmap(cells, args, path):
     """Per reduction, lambda x batch: modes captured (annotated with % high quality) and the mean
     per-sample penalty (n - 1)^2 (log colour, annotated with the mean norm)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     weights, batches = sorted({c["weight"] for c in cells}), sorted({c["batch"] for c in cells})
     reductions = [r for r in REDUCTIONS if any(c["reduction"] == r for c in cells)]
     total = max(c["total_modes"] for c in cells)
-    fig, axes = plt.subplots(2, len(reductions), figsize=(4.6 * len(reductions), 7.2),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        2, len(reductions), figsize=(4.6 * len(reductions), 7.2), squeeze=False
+    )
     panels = (
-        ("modes", "modes captured (and % high quality)", "viridis", (0, total),
-         lambda c: f"{c['modes']}/{c['total_modes']}\n{c['high_quality']:.0f}%"),
-        ("mean_sample_penalty", "log10 mean (n-1)^2 (and mean norm n)", "magma_r", (-4, 0),
-         lambda c: f"{_fmt(c['mean_sample_penalty'])}\nn={_fmt(c['norm_mean'])}"))
+        (
+            "modes",
+            "modes captured (and % high quality)",
+            "viridis",
+            (0, total),
+            lambda c: f"{c['modes']}/{c['total_modes']}\n{c['high_quality']:.0f}%",
+        ),
+        (
+            "mean_sample_penalty",
+            "log10 mean (n-1)^2 (and mean norm n)",
+            "magma_r",
+            (-4, 0),
+            lambda c: f"{_fmt(c['mean_sample_penalty'])}\nn={_fmt(c['norm_mean'])}",
+        ),
+    )
     for col, reduction in enumerate(reductions):
         by_key = {(c["weight"], c["batch"]): c for c in cells if c["reduction"] == reduction}
         for row, (field, label, cmap, (vmin, vmax), annotate) in enumerate(panels):
-            grid = np.array([[by_key[(w, b)][field] if (w, b) in by_key else np.nan
-                              for b in batches] for w in weights], dtype=float)
+            grid = np.array(
+                [
+                    [by_key[(w, b)][field] if (w, b) in by_key else np.nan for b in batches]
+                    for w in weights
+                ],
+                dtype=float,
+            )
             if field == "mean_sample_penalty":
                 grid = np.log10(np.clip(grid, 1e-6, None))
             ax = axes[row, col]
@@ -137,23 +177,32 @@ def write_heatmap(cells, args, path):
             for i, w in enumerate(weights):
                 for j, b in enumerate(batches):
                     if (w, b) in by_key:
-                        ax.text(j, i, annotate(by_key[(w, b)]), ha="center", va="center",
-                                fontsize=8, bbox=dict(facecolor="white", alpha=0.7, lw=0))
+                        ax.text(
+                            j,
+                            i,
+                            annotate(by_key[(w, b)]),
+                            ha="center",
+                            va="center",
+                            fontsize=8,
+                            bbox=dict(facecolor="white", alpha=0.7, lw=0),
+                        )
             ax.set_xticks(range(len(batches)), [str(b) for b in batches])
             ax.set_yticks(range(len(weights)), [f"{w:g}" for w in weights])
             ax.set_xlabel("global batch B")
             ax.set_ylabel("lambda")
             ax.set_title(f"{reduction}-reduced: {label}", fontsize=9)
-    fig.suptitle(f"{args.dataset}, {args.steps} generator steps, {args.devices} devices",
-                 fontsize=10)
+    fig.suptitle(
+        f"{args.dataset}, {args.steps} generator steps, {args.devices} devices", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="25gaussians",
-                        choices=("8gaussians", "25gaussians", "swissroll"))
+    parser.add_argument(
+        "--dataset", default="25gaussians", choices=("8gaussians", "25gaussians", "swissroll")
+    )
     parser.add_argument("--weights", type=float, nargs="+", default=[0.1, 1.0, 10.0])
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256, 1024, 2048])
     parser.add_argument("--reductions", nargs="+", choices=REDUCTIONS, default=list(REDUCTIONS))
@@ -174,8 +223,9 @@ def main(argv=None) -> int:
     for reduction in args.reductions:
         for weight in args.weights:
             for batch in args.batches:
-                cell = train_cell(args.dataset, reduction, weight, batch, args.steps,
-                                  args.devices, args.seed)
+                cell = train_cell(
+                    args.dataset, reduction, weight, batch, args.steps, args.devices, args.seed
+                )
                 cells.append(cell)
                 print(json.dumps(cell), flush=True)
                 (RESULTS / f"{args.name}.json").write_text(json.dumps(cells, indent=1))

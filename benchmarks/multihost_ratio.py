@@ -16,14 +16,26 @@ import subprocess
 import sys
 import tempfile
 
-LAYOUTS = {"1 process x 4 devices": ["--devices", "4"],
-           "2 processes x 2 devices": ["--processes", "2", "--devices", "2"]}
+LAYOUTS = {
+    "1 process x 4 devices": ["--devices", "4"],
+    "2 processes x 2 devices": ["--processes", "2", "--devices", "2"],
+}
 
 
 def train_seconds(flags, steps: int) -> float:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "fastgp.train.cli", "train", "--steps", str(steps),
-               "--out", out, "--no-progress", *flags]
+        cmd = [
+            sys.executable,
+            "-m",
+            "fastgp.train.cli",
+            "train",
+            "--steps",
+            str(steps),
+            "--out",
+            out,
+            "--no-progress",
+            *flags,
+        ]
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
         return json.loads((pathlib.Path(out) / "summary.json").read_text())["train_s"]
@@ -40,13 +52,20 @@ def main(argv=None) -> int:
             times[name].append(train_seconds(flags, args.steps))
             print(name, times[name][-1], flush=True)
     one, two = (min(times[name]) for name in LAYOUTS)
-    lines = ["# Multi-process cost on one machine", "",
-             f"`python benchmarks/multihost_ratio.py --steps {args.steps} --repeats "
-             f"{args.repeats}`: `fastgp train` on 8 Gaussians, {args.steps} generator steps, "
-             "train_s from summary.json (best of the interleaved repeats).", "",
-             "| layout | train_s (each repeat) | best |", "|---|---|---|"]
-    lines += [f"| {name} | {', '.join(f'{t:.1f}' for t in ts)} | {min(ts):.1f} |"
-              for name, ts in times.items()]
+    lines = [
+        "# Multi-process cost on one machine",
+        "",
+        f"`python benchmarks/multihost_ratio.py --steps {args.steps} --repeats "
+        f"{args.repeats}`: `fastgp train` on 8 Gaussians, {args.steps} generator steps, "
+        "train_s from summary.json (best of the interleaved repeats).",
+        "",
+        "| layout | train_s (each repeat) | best |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {', '.join(f'{t:.1f}' for t in ts)} | {min(ts):.1f} |"
+        for name, ts in times.items()
+    ]
     lines += ["", f"Ratio 2x2 / 1x4: **{two / one:.2f}x**."]
     out = pathlib.Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)

@@ -53,10 +53,20 @@ def group_rows(benches):
     for b in benches:
         s, info = b["stats"], b["extra_info"]
         ratio = s["median"] / base_median if base_median else None
-        rows.append(dict(path=info.get("path", b["name"]), median=s["median"], q1=s["q1"],
-                         q3=s["q3"], rounds=s["rounds"], iterations=s.get("iterations", 1),
-                         ratio=ratio, steps=info.get("steps_per_call"),
-                         load=info.get("loadavg_1m"), baseline=bool(info.get("baseline"))))
+        rows.append(
+            dict(
+                path=info.get("path", b["name"]),
+                median=s["median"],
+                q1=s["q1"],
+                q3=s["q3"],
+                rounds=s["rounds"],
+                iterations=s.get("iterations", 1),
+                ratio=ratio,
+                steps=info.get("steps_per_call"),
+                load=info.get("loadavg_1m"),
+                baseline=bool(info.get("baseline")),
+            )
+        )
     return rows
 
 
@@ -68,9 +78,17 @@ def paired_rows(bench):
     rows = []
     for path, median in info["median_s"].items():
         q1, q3 = info["iqr_s"][path]
-        row = dict(path=path, baseline=path == base, median=median, q1=q1, q3=q3,
-                   per_step=median / steps, ratio=info["ratio_of_medians"][path],
-                   paired=info["paired_ratio"][path], rounds=len(info["samples_s"][path]))
+        row = dict(
+            path=path,
+            baseline=path == base,
+            median=median,
+            q1=q1,
+            q3=q3,
+            per_step=median / steps,
+            ratio=info["ratio_of_medians"][path],
+            paired=info["paired_ratio"][path],
+            rounds=len(info["samples_s"][path]),
+        )
         if also:
             row["also"] = median / info["median_s"][also]
         rows.append(row)
@@ -90,9 +108,11 @@ def render_group(group, benches):
         header += f" ratio to {also} |" if also else ""
         lines += [header, "|" + "---|" * (header.count("|") - 1)]
         for r in paired_rows(bench):
-            line = (f"| {r['path']}{' (baseline)' if r['baseline'] else ''} "
-                    f"| {fmt_time(r['median'])} | {fmt_time(r['q1'])} - {fmt_time(r['q3'])} "
-                    f"| {r['rounds']} |")
+            line = (
+                f"| {r['path']}{' (baseline)' if r['baseline'] else ''} "
+                f"| {fmt_time(r['median'])} | {fmt_time(r['q1'])} - {fmt_time(r['q3'])} "
+                f"| {r['rounds']} |"
+            )
             if per_step:
                 line += f" {fmt_time(r['per_step'])} |"
             line += f" {r['ratio']:.3f}x | {r['paired']:.3f}x |"
@@ -108,33 +128,43 @@ def render_group(group, benches):
     for r in group_rows(benches):
         ratio = f"{r['ratio']:.3f}x" if r["ratio"] is not None else "-"
         load = f"{r['load']:.1f}" if r["load"] is not None else "-"
-        lines.append(f"| {r['path']}{' (baseline)' if r['baseline'] else ''} "
-                     f"| {fmt_time(r['median'])} | {fmt_time(r['q1'])} - {fmt_time(r['q3'])} "
-                     f"| {r['rounds']} x {r['iterations']} | {ratio} | {load} |")
+        lines.append(
+            f"| {r['path']}{' (baseline)' if r['baseline'] else ''} "
+            f"| {fmt_time(r['median'])} | {fmt_time(r['q1'])} - {fmt_time(r['q3'])} "
+            f"| {r['rounds']} x {r['iterations']} | {ratio} | {load} |"
+        )
     return lines + [""]
 
 
 def render_penalty_summary(groups):
     """One compact table: fastgp XLA / naive median ratio per shape and dtype."""
-    lines = ["| B x D | dtype | naive median | fastgp xla median | xla / naive (medians) "
-             "| median per-round ratio |",
-             "|---|---|---|---|---|---|"]
-    for group in sorted((g for g in groups if kind_of(g) == "penalty"),
-                        key=lambda g: (g.split(":")[1], [int(v) for v in g.split(":")[2].split("x")])):
+    lines = [
+        "| B x D | dtype | naive median | fastgp xla median | xla / naive (medians) "
+        "| median per-round ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for group in sorted(
+        (g for g in groups if kind_of(g) == "penalty"),
+        key=lambda g: (g.split(":")[1], [int(v) for v in g.split(":")[2].split("x")]),
+    ):
         rows = {r["path"]: r for r in paired_rows(groups[group][0])}
         if {"naive", "xla"} <= rows.keys():
             _, dtype, shape = group.split(":")
-            lines.append(f"| {shape} | {dtype} | {fmt_time(rows['naive']['per_step'])} "
-                         f"| {fmt_time(rows['xla']['per_step'])} | {rows['xla']['ratio']:.3f}x "
-                         f"| {rows['xla']['paired']:.3f}x |")
+            lines.append(
+                f"| {shape} | {dtype} | {fmt_time(rows['naive']['per_step'])} "
+                f"| {fmt_time(rows['xla']['per_step'])} | {rows['xla']['ratio']:.3f}x "
+                f"| {rows['xla']['paired']:.3f}x |"
+            )
     return lines + [""]
 
 
 def render_step_summary(groups):
     """One row per critic: medians of each path and fastgp's ratios to naive and to plain."""
-    lines = ["| critic (batch) | plain | naive | fastgp | fastgp reverse | fastgp / naive "
-             "| fastgp / plain | fastgp reverse / naive | naive / plain |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| critic (batch) | plain | naive | fastgp | fastgp reverse | fastgp / naive "
+        "| fastgp / plain | fastgp reverse / naive | naive / plain |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for group in sorted(g for g in groups if kind_of(g) == "step"):
         info = groups[group][0]["extra_info"]
         m = info["median_s"]
@@ -145,7 +175,8 @@ def render_step_summary(groups):
             f"| {fmt_time(m['naive'])} | {fmt_time(m['fastgp'])} "
             f"| {fmt_time(m['fastgp reverse'])} | {m['fastgp'] / m['naive']:.3f}x "
             f"| {m['fastgp'] / m['plain']:.3f}x | {m['fastgp reverse'] / m['naive']:.3f}x "
-            f"| {m['naive'] / m['plain']:.3f}x |")
+            f"| {m['naive'] / m['plain']:.3f}x |"
+        )
     return lines + [""]
 
 
@@ -184,16 +215,21 @@ def plot(groups, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    critic_groups = [g for k in ("step", "lazy", "remat") for g in sorted(groups)
-                     if kind_of(g) == k]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, max(5, 0.32 * sum(
-        len(groups[g]) for g in critic_groups))))
+    critic_groups = [
+        g for k in ("step", "lazy", "remat") for g in sorted(groups) if kind_of(g) == k
+    ]
+    fig, (ax1, ax2) = plt.subplots(
+        1, 2, figsize=(15, max(5, 0.32 * sum(len(groups[g]) for g in critic_groups)))
+    )
     labels, ratios, colors = [], [], []
     palette = {"step": "tab:blue", "lazy": "tab:green", "remat": "tab:red"}
     for g in critic_groups:
         bench = groups[g][0]
-        rows = (paired_rows(bench) if bench["extra_info"].get("path") == "paired"
-                else group_rows(groups[g]))
+        rows = (
+            paired_rows(bench)
+            if bench["extra_info"].get("path") == "paired"
+            else group_rows(groups[g])
+        )
         for r in rows:
             if r["ratio"] is None:
                 continue
@@ -208,8 +244,10 @@ def plot(groups, path):
     ax1.set_title("Critic-step groups (baseline: naive for step/remat, plain for others)")
     for dtype, marker in (("f32", "o"), ("bf16", "s")):
         xs, ys = [], []
-        for g in sorted((g for g in groups if g.startswith(f"penalty:{dtype}:")),
-                        key=lambda g: [int(v) for v in g.split(":")[2].split("x")]):
+        for g in sorted(
+            (g for g in groups if g.startswith(f"penalty:{dtype}:")),
+            key=lambda g: [int(v) for v in g.split(":")[2].split("x")],
+        ):
             rows = {r["path"]: r for r in paired_rows(groups[g][0])}
             if "xla" in rows and rows["xla"]["ratio"] is not None:
                 xs.append(g.split(":")[2])

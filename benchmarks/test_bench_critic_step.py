@@ -12,8 +12,7 @@ import pytest
 import workloads as W
 
 ROUNDS = {"mlp2": 20, "mlp3072": 12, "dcgan32": 12, "dcgan32-nhwc": 12}
-PATHS = {"plain": "plain", "naive": "naive", "fastgp": "fastgp",
-         "fastgp reverse": "fastgp-reverse"}
+PATHS = {"plain": "plain", "naive": "naive", "fastgp": "fastgp", "fastgp reverse": "fastgp-reverse"}
 
 
 def blocking(fn, args):
@@ -25,5 +24,11 @@ def test_critic_step(paired, critic):
     spec = W.CRITICS[critic]
     args = W.inputs(spec)
     paths = {name: blocking(jax.jit(W.critic_step(spec, v)), args) for name, v in PATHS.items()}
-    paired(paths, group=f"step:{critic}", baseline="naive", rounds=ROUNDS[critic],
-           batch=spec.batch, also_vs="plain")
+    paired(
+        paths,
+        group=f"step:{critic}",
+        baseline="naive",
+        rounds=ROUNDS[critic],
+        batch=spec.batch,
+        also_vs="plain",
+    )

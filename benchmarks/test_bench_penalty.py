@@ -28,14 +28,22 @@ def test_penalty_value_and_grad(paired, shape, dtype):
     for path in ("naive", "xla"):
         fn = jax.jit(W.penalty_vjp(path))
         paths[path] = lambda fn=fn: jax.block_until_ready(fn(g))
-    paired(paths, group=f"penalty:{dtype}:{shape[0]}x{shape[1]}", baseline="naive", rounds=15,
-           calls="auto", batch=shape[0], features=shape[1])
+    paired(
+        paths,
+        group=f"penalty:{dtype}:{shape[0]}x{shape[1]}",
+        baseline="naive",
+        rounds=15,
+        calls="auto",
+        batch=shape[0],
+        features=shape[1],
+    )
 
 
 def test_penalty_interpret_smoke(bench):
     g = gradients((64, 2), jnp.float32)
-    value, grad = bench(jax.jit(W.penalty_vjp("interpret")), g, group="smoke:interpret",
-                        path="interpret", rounds=3)
+    value, grad = bench(
+        jax.jit(W.penalty_vjp("interpret")), g, group="smoke:interpret", path="interpret", rounds=3
+    )
     ref_value, ref_grad = W.penalty_vjp("naive")(g)
     assert jnp.allclose(value, ref_value, rtol=1e-5)
     assert jnp.allclose(grad, ref_grad, rtol=1e-4, atol=1e-7)

@@ -32,14 +32,21 @@ def test_lazy(paired, critic):
     paths = {"plain": blocking(W.run_steps([plain], [0] * LAZY_STEPS), args)}
     for every in (1, 4, 16):
         paths[f"gp every {every}"] = blocking(W.lazy_steps(spec, every, LAZY_STEPS), args)
-    paired(paths, group=f"lazy:{critic}", baseline="plain", rounds=LAZY_ROUNDS[critic],
-           steps_per_call=LAZY_STEPS)
+    paired(
+        paths,
+        group=f"lazy:{critic}",
+        baseline="plain",
+        rounds=LAZY_ROUNDS[critic],
+        steps_per_call=LAZY_STEPS,
+    )
 
 
 @pytest.mark.parametrize("critic", list(W.CRITICS))
 def test_remat(paired, critic):
     spec = W.CRITICS[critic]
     args = W.inputs(spec)
-    paths = {v: blocking(jax.jit(W.critic_step(spec, v)), args)
-             for v in ["naive", "fastgp", "fastgp-remat", "fastgp-dots"]}
+    paths = {
+        v: blocking(jax.jit(W.critic_step(spec, v)), args)
+        for v in ["naive", "fastgp", "fastgp-remat", "fastgp-dots"]
+    }
     paired(paths, group=f"remat:{critic}", baseline="naive", rounds=ROUNDS[critic])

@@ -41,8 +41,9 @@ def step_structs(spec):
 
 def measure(generation, spec, variant):
     start = time.perf_counter()
-    compiled = cf.compile_for(cf.tpu_device(generation), W.critic_step(spec, variant),
-                              *step_structs(spec))
+    compiled = cf.compile_for(
+        cf.tpu_device(generation), W.critic_step(spec, variant), *step_structs(spec)
+    )
     return dict(cf.figures(compiled), compile_s=time.perf_counter() - start)
 
 
@@ -61,21 +62,30 @@ def render(records):
         "(argument and output sizes are the same for every variant of a critic). Compiler",
         "figures, not hardware times; ratios are to the naive step of the same generation and",
         "critic. `kernel`: the program contains the Mosaic (Pallas TPU) call. fastgp is the",
-        "default (`backend=\"auto\"`: XLA on TPU; reverse-over-forward); `-pallas` forces the kernel.",
+        'default (`backend="auto"`: XLA on TPU; reverse-over-forward); `-pallas` forces the kernel.',
         "",
         "| generation | critic (batch, dtype) | variant | GFLOP | flops / naive | MB accessed "
         "| bytes / naive | copy | copy-start | temp MiB | kernel | compile s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
-        base = next((b for b in records if b["generation"] == r["generation"]
-                     and b["critic"] == r["critic"] and b["variant"] == "naive"), None)
+        base = next(
+            (
+                b
+                for b in records
+                if b["generation"] == r["generation"]
+                and b["critic"] == r["critic"]
+                and b["variant"] == "naive"
+            ),
+            None,
+        )
         lines.append(
             f"| {r['generation']} | {r['critic']} ({r['batch']}, {r['dtype']}) | {r['variant']} "
             f"| {r['flops'] / 1e9:.3f} | {ratio(r, base, 'flops')} | {r['bytes'] / 1e6:.2f} "
             f"| {ratio(r, base, 'bytes')} | {r['copies']} | {r['async_copies']} "
             f"| {r['temp'] / 2**20:.2f} | {'yes' if r['kernel'] else 'no'} "
-            f"| {r['compile_s']:.0f} |")
+            f"| {r['compile_s']:.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -89,8 +99,13 @@ def main(argv=None):
         for name in critics:
             spec = W.TPU_CRITICS[name]
             for variant in variants(spec):
-                record = dict(generation=generation, critic=name, variant=variant,
-                              batch=spec.batch, dtype=jax.numpy.dtype(spec.dtype).name)
+                record = dict(
+                    generation=generation,
+                    critic=name,
+                    variant=variant,
+                    batch=spec.batch,
+                    dtype=jax.numpy.dtype(spec.dtype).name,
+                )
                 record.update(measure(generation, spec, variant))
                 print(json.dumps(record), flush=True)
                 records.append(record)

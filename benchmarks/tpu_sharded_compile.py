@@ -40,8 +40,9 @@ import workloads as W  # noqa: E402
 
 OUT = pathlib.Path(__file__).parent / "results" / "tpu_sharded_compile.md"
 GLOBAL_BATCH = 256
-CRITIC = W.CriticSpec("meanpool32-bf16", W.meanpool_critic(32, 32), GLOBAL_BATCH, (32, 32, 3),
-                      jnp.bfloat16)
+CRITIC = W.CriticSpec(
+    "meanpool32-bf16", W.meanpool_critic(32, 32), GLOBAL_BATCH, (32, 32, 3), jnp.bfloat16
+)
 # name: (topology, mesh shape, axis names, x's PartitionSpec)
 MESHES = {
     "v5e": ("v5e:2x2", (4,), ("data",), P("data")),
@@ -50,15 +51,22 @@ MESHES = {
     "7x": ("TPU7x:2x2x1", (4,), ("data",), P("data")),
 }
 VARIANTS = ("naive", "fastgp", "fastgp-pallas")
-_COLLECTIVE = re.compile(r"= ([^\n]*?) (all-reduce|all-gather|all-to-all|collective-permute)"
-                         r"(?:-start)?\(([^)]*)\)")
+_COLLECTIVE = re.compile(
+    r"= ([^\n]*?) (all-reduce|all-gather|all-to-all|collective-permute)"
+    r"(?:-start)?\(([^)]*)\)"
+)
 
 
 def collectives(hlo_text: str) -> dict:
     """Arrays carried by each kind of collective (XLA's combiner packs several into one op), and
     ``gathered``: the result types of the all-gathers."""
-    counts = {"all-reduce": 0, "all-gather": 0, "all-to-all": 0, "collective-permute": 0,
-              "gathered": []}
+    counts = {
+        "all-reduce": 0,
+        "all-gather": 0,
+        "all-to-all": 0,
+        "collective-permute": 0,
+        "gathered": [],
+    }
     for match in _COLLECTIVE.finditer(hlo_text):
         counts[match.group(2)] += len(match.group(3).split(","))
         if match.group(2) == "all-gather":
@@ -68,7 +76,7 @@ def collectives(hlo_text: str) -> dict:
 
 def mesh_for(name):
     topology, shape, names, _ = MESHES[name]
-    devices = np.array(cf.tpu_devices(topology)[:int(np.prod(shape))]).reshape(shape)
+    devices = np.array(cf.tpu_devices(topology)[: int(np.prod(shape))]).reshape(shape)
     return Mesh(devices, names, axis_types=(AxisType.Explicit,) * len(names))
 
 
@@ -79,17 +87,24 @@ def step_structs(spec, mesh=None, x_spec=None):
     if mesh is None:
         return params, opt_state, real, fake, key
     place = lambda tree, ps: jax.tree.map(
-        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, ps)), tree)
-    return (place(params, P()), place(opt_state, P()), place(real, x_spec), place(fake, x_spec),
-            place(key, P()))
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, ps)), tree
+    )
+    return (
+        place(params, P()),
+        place(opt_state, P()),
+        place(real, x_spec),
+        place(fake, x_spec),
+        place(key, P()),
+    )
 
 
 def compile_sharded(name, variant, spec=CRITIC):
     """The step of ``spec`` (a CriticSpec; its batch is the global batch) on mesh ``name``."""
     mesh, x_spec = mesh_for(name), MESHES[name][3]
     with jax.set_mesh(mesh):
-        return jax.jit(W.critic_step(spec, variant)).lower(
-            *step_structs(spec, mesh, x_spec)).compile()
+        return (
+            jax.jit(W.critic_step(spec, variant)).lower(*step_structs(spec, mesh, x_spec)).compile()
+        )
 
 
 def compile_one_chip(name, variant):
@@ -104,11 +119,20 @@ def measure(name, variant):
     sharded = compile_sharded(name, variant)
     one = compile_one_chip(name, variant)
     figures, single = cf.figures(sharded), cf.figures(one)
-    return dict(mesh=name, topology=MESHES[name][0], axes=MESHES[name][2],
-                x_spec=str(MESHES[name][3]), variant=variant, flops=figures["flops"],
-                bytes=figures["bytes"], single_flops=single["flops"],
-                single_bytes=single["bytes"], kernel=figures["kernel"],
-                **collectives(sharded.as_text()), compile_s=time.perf_counter() - start)
+    return dict(
+        mesh=name,
+        topology=MESHES[name][0],
+        axes=MESHES[name][2],
+        x_spec=str(MESHES[name][3]),
+        variant=variant,
+        flops=figures["flops"],
+        bytes=figures["bytes"],
+        single_flops=single["flops"],
+        single_bytes=single["bytes"],
+        kernel=figures["kernel"],
+        **collectives(sharded.as_text()),
+        compile_s=time.perf_counter() - start,
+    )
 
 
 def render(records):
@@ -134,7 +158,8 @@ def render(records):
             f"| {r['flops'] / r['single_flops']:.4f}x | {r['bytes'] / 1e6:.2f} "
             f"| {r['bytes'] / r['single_bytes']:.4f}x | {r['all-reduce']} | {r['all-gather']} "
             f"| {r['all-to-all']} | {r['collective-permute']} "
-            f"| {'yes' if r['kernel'] else 'no'} |")
+            f"| {'yes' if r['kernel'] else 'no'} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -23,9 +23,23 @@ from fastgp.train.recipes import RECIPES, TOY_DEPTH, toy_networks
 from fastgp.train.state import TrainConfig
 from fastgp.train.trainer import Trainer, make_mesh
 
-PAPER = dict(width=512, depth=3, g_width=512, g_depth=3, noise_dim=2, activation="relu",
-             weight=0.1, lr_d=1e-4, lr_g=1e-4, b1=0.5, b2=0.9, batch=256, n_critic=5,
-             decay_frac=0.0, steps=3000)
+PAPER = dict(
+    width=512,
+    depth=3,
+    g_width=512,
+    g_depth=3,
+    noise_dim=2,
+    activation="relu",
+    weight=0.1,
+    lr_d=1e-4,
+    lr_g=1e-4,
+    b1=0.5,
+    b2=0.9,
+    batch=256,
+    n_critic=5,
+    decay_frac=0.0,
+    steps=3000,
+)
 
 
 def parse_args(argv=None):
@@ -35,30 +49,42 @@ def parse_args(argv=None):
     recipe = RECIPES[first.parse_known_args(argv)[0].dataset]
     r = recipe.fields
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--dataset", default="8gaussians", choices=datasets,
-                   help="also picks the recipe the other defaults come from")
+    p.add_argument(
+        "--dataset",
+        default="8gaussians",
+        choices=datasets,
+        help="also picks the recipe the other defaults come from",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=recipe.steps, help="generator steps")
     p.add_argument("--width", type=int, default=recipe.width, help="critic hidden width")
     p.add_argument("--depth", type=int, default=TOY_DEPTH, help="critic hidden layers")
-    p.add_argument("--g-width", type=int, default=recipe.width,
-                   help="generator hidden width")
+    p.add_argument("--g-width", type=int, default=recipe.width, help="generator hidden width")
     p.add_argument("--g-depth", type=int, default=TOY_DEPTH, help="generator hidden layers")
     p.add_argument("--noise-dim", type=int, default=r["latent_dim"])
     p.add_argument("--activation", default="relu", choices=tuple(ACTIVATIONS))
-    p.add_argument("--weight", type=float, default=r["gp_weight"],
-                   help="gradient-penalty weight lambda")
+    p.add_argument(
+        "--weight", type=float, default=r["gp_weight"], help="gradient-penalty weight lambda"
+    )
     p.add_argument("--lr-d", type=float, default=r["lr_d"])
     p.add_argument("--lr-g", type=float, default=r["lr_g"])
     p.add_argument("--b1", type=float, default=r["betas"][0])
     p.add_argument("--b2", type=float, default=r["betas"][1])
     p.add_argument("--batch", type=int, default=r["batch_size"])
     p.add_argument("--n-critic", type=int, default=r["n_critic"])
-    p.add_argument("--gp-every", type=int, default=r.get("gp_every", 1),
-                   help="penalty on every k-th critic step with weight k * lambda (lazy)")
-    p.add_argument("--decay-frac", type=float, default=r["decay_fraction"],
-                   help="final fraction of training over which both learning rates decay "
-                        "linearly to 0 (0: constant)")
+    p.add_argument(
+        "--gp-every",
+        type=int,
+        default=r.get("gp_every", 1),
+        help="penalty on every k-th critic step with weight k * lambda (lazy)",
+    )
+    p.add_argument(
+        "--decay-frac",
+        type=float,
+        default=r["decay_fraction"],
+        help="final fraction of training over which both learning rates decay "
+        "linearly to 0 (0: constant)",
+    )
     p.add_argument("--eval-every", type=int, default=1000, help="generator steps per jit call")
     p.add_argument("--eval-samples", type=int, default=2500)
     p.add_argument("--paper", action="store_true", help="use the original gan_toy.py settings")
@@ -74,14 +100,30 @@ def parse_args(argv=None):
 
 def build(args):
     """A one-device ``Trainer`` for the flags (penalty on the plain XLA path)."""
-    config = TrainConfig(batch_size=args.batch, n_critic=args.n_critic, gp_weight=args.weight,
-                         lr_g=args.lr_g, lr_d=args.lr_d, betas=(args.b1, args.b2),
-                         gp_every=args.gp_every, latent_dim=args.noise_dim, seed=args.seed,
-                         backend="xla", total_steps=args.steps, decay_fraction=args.decay_frac)
-    generator, critic = toy_networks(args.noise_dim, args.width, args.depth, args.activation,
-                                     args.g_width, args.g_depth)
-    return Trainer(config, generator, critic, lambda key, n: sample_toy(args.dataset, key, n),
-                   mesh=make_mesh(jax.devices()[:1]))
+    config = TrainConfig(
+        batch_size=args.batch,
+        n_critic=args.n_critic,
+        gp_weight=args.weight,
+        lr_g=args.lr_g,
+        lr_d=args.lr_d,
+        betas=(args.b1, args.b2),
+        gp_every=args.gp_every,
+        latent_dim=args.noise_dim,
+        seed=args.seed,
+        backend="xla",
+        total_steps=args.steps,
+        decay_fraction=args.decay_frac,
+    )
+    generator, critic = toy_networks(
+        args.noise_dim, args.width, args.depth, args.activation, args.g_width, args.g_depth
+    )
+    return Trainer(
+        config,
+        generator,
+        critic,
+        lambda key, n: sample_toy(args.dataset, key, n),
+        mesh=make_mesh(jax.devices()[:1]),
+    )
 
 
 def main(argv=None):
@@ -100,12 +142,20 @@ def main(argv=None):
         hit = q["modes"] == q["total_modes"] and q["high_quality"] >= 80.0
         if hit and first_hit is None:
             first_hit = (done, wall)
-        print(f"step {done:6d}  modes {q['modes']:2d}/{q['total_modes']}  "
-              f"hq {q['high_quality']:5.1f}%  wall {wall:6.1f}s", flush=True)
+        print(
+            f"step {done:6d}  modes {q['modes']:2d}/{q['total_modes']}  "
+            f"hq {q['high_quality']:5.1f}%  wall {wall:6.1f}s",
+            flush=True,
+        )
     if args.json:
-        summary = dict(vars(args), modes=q["modes"], total_modes=q["total_modes"],
-                       high_quality=q["high_quality"], wall_s=round(wall, 1),
-                       first_target=first_hit)
+        summary = dict(
+            vars(args),
+            modes=q["modes"],
+            total_modes=q["total_modes"],
+            high_quality=q["high_quality"],
+            wall_s=round(wall, 1),
+            first_target=first_hit,
+        )
         print(json.dumps(summary))
     return q, wall
 

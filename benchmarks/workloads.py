@@ -34,8 +34,17 @@ from fastgp import penalty, reference
 from fastgp.train.models import Model, mlp
 
 GP_WEIGHT = 10.0
-VARIANTS = ("plain", "naive", "fastgp", "fastgp-xla", "fastgp-pallas", "fastgp-reverse",
-            "fastgp-remat", "fastgp-dots", "naive-remat")
+VARIANTS = (
+    "plain",
+    "naive",
+    "fastgp",
+    "fastgp-xla",
+    "fastgp-pallas",
+    "fastgp-reverse",
+    "fastgp-remat",
+    "fastgp-dots",
+    "naive-remat",
+)
 OPTIONS = {
     "fastgp": {},
     "fastgp-xla": dict(backend="xla"),
@@ -46,8 +55,13 @@ OPTIONS = {
 }
 
 
-def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3,
-                 layout: str = "NCHW", layers: int | None = None) -> Model:
+def dcgan_critic(
+    channels: int = 32,
+    image: int = 32,
+    in_channels: int = 3,
+    layout: str = "NCHW",
+    layers: int | None = None,
+) -> Model:
     """DCGAN critic without batch norm: 4x4 stride-2 convs (c, 2c, 4c, ...), LeakyReLU 0.2,
     dense -> (B,). By default enough convs to reach 4x4 (32 -> 16 -> 8 -> 4; 64 adds an 8c conv).
     ``layout`` "NCHW" (OIHW kernels) or "NHWC" (HWIO kernels)."""
@@ -55,7 +69,7 @@ def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3,
     dn = ("NCHW", "OIHW", "NCHW") if nchw else ("NHWC", "HWIO", "NHWC")
     layers = layers or int(math.log2(image // 4))
     side = image >> layers
-    widths = [in_channels] + [channels * 2 ** i for i in range(layers)]
+    widths = [in_channels] + [channels * 2**i for i in range(layers)]
 
     def init(key):
         keys = jax.random.split(key, layers + 1)
@@ -63,19 +77,28 @@ def dcgan_critic(channels: int = 32, image: int = 32, in_channels: int = 3,
         for k, c_in, c_out in zip(keys, widths[:-1], widths[1:]):
             std = math.sqrt(2.0 / (c_in * 16))
             shape = (c_out, c_in, 4, 4) if nchw else (4, 4, c_in, c_out)
-            params.append({"w": std * jax.random.normal(k, shape, jnp.float32),
-                           "b": jnp.zeros((c_out,), jnp.float32)})
+            params.append(
+                {
+                    "w": std * jax.random.normal(k, shape, jnp.float32),
+                    "b": jnp.zeros((c_out,), jnp.float32),
+                }
+            )
         fan_in = widths[-1] * side * side
-        params.append({"w": jax.random.normal(keys[-1], (fan_in, 1)) / math.sqrt(fan_in),
-                       "b": jnp.zeros((1,), jnp.float32)})
+        params.append(
+            {
+                "w": jax.random.normal(keys[-1], (fan_in, 1)) / math.sqrt(fan_in),
+                "b": jnp.zeros((1,), jnp.float32),
+            }
+        )
         return params
 
     def apply(params, x, dtype=jnp.float32):
         p = jax.tree.map(lambda a: a.astype(dtype), params)
         h = x.astype(dtype)
         for layer in p[:-1]:
-            h = lax.conv_general_dilated(h, layer["w"], (2, 2), ((1, 1), (1, 1)),
-                                         dimension_numbers=dn)
+            h = lax.conv_general_dilated(
+                h, layer["w"], (2, 2), ((1, 1), (1, 1)), dimension_numbers=dn
+            )
             bias = layer["b"][None, :, None, None] if nchw else layer["b"]
             h = jax.nn.leaky_relu(h + bias, 0.2)
         h = h.reshape(h.shape[0], -1)
@@ -97,30 +120,40 @@ def _mean_pool_2x2(h):
     return split.mean(axis=(2, 4))
 
 
-def meanpool_critic(channels: int = 32, image: int = 32, in_channels: int = 3,
-                    blocks: int = 3) -> Model:
+def meanpool_critic(
+    channels: int = 32, image: int = 32, in_channels: int = 3, blocks: int = 3
+) -> Model:
     """NHWC critic of the WGAN-GP paper's family without residuals: per block a 3x3 stride-1 conv
     (c, 2c, 4c, ...), LeakyReLU 0.2 and 2x2 mean-pool downsampling; then a dense head -> (B,),
     written as one contraction over (H, W, C) so that a sharded spatial axis needs no reshape."""
-    widths = [in_channels] + [channels * 2 ** i for i in range(blocks)]
+    widths = [in_channels] + [channels * 2**i for i in range(blocks)]
     side = image >> blocks
 
     def init(key):
         keys = jax.random.split(key, blocks + 1)
-        params = [{"w": math.sqrt(2.0 / (9 * c_in)) * jax.random.normal(k, (3, 3, c_in, c_out)),
-                   "b": jnp.zeros((c_out,), jnp.float32)}
-                  for k, c_in, c_out in zip(keys, widths[:-1], widths[1:])]
+        params = [
+            {
+                "w": math.sqrt(2.0 / (9 * c_in)) * jax.random.normal(k, (3, 3, c_in, c_out)),
+                "b": jnp.zeros((c_out,), jnp.float32),
+            }
+            for k, c_in, c_out in zip(keys, widths[:-1], widths[1:])
+        ]
         head = (side, side, widths[-1])
-        params.append({"w": jax.random.normal(keys[-1], head) / math.sqrt(math.prod(head)),
-                       "b": jnp.zeros((), jnp.float32)})
+        params.append(
+            {
+                "w": jax.random.normal(keys[-1], head) / math.sqrt(math.prod(head)),
+                "b": jnp.zeros((), jnp.float32),
+            }
+        )
         return params
 
     def apply(params, x, dtype=jnp.float32):
         p = jax.tree.map(lambda a: a.astype(dtype), params)
         h = x.astype(dtype)
         for layer in p[:-1]:
-            h = lax.conv_general_dilated(h, layer["w"], (1, 1), "SAME",
-                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            h = lax.conv_general_dilated(
+                h, layer["w"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+            )
             h = _mean_pool_2x2(jax.nn.leaky_relu(h + layer["b"], 0.2))
         return (jnp.einsum("bijk,ijk->b", h, p[-1]["w"]) + p[-1]["b"]).astype(jnp.float32)
 
@@ -139,14 +172,16 @@ CRITICS = {
     "mlp2": CriticSpec("mlp2", mlp([2, 512, 512, 512, 1]), 256, (2,)),
     "mlp3072": CriticSpec("mlp3072", mlp([3072, 512, 512, 512, 1]), 256, (3072,)),
     "dcgan32": CriticSpec("dcgan32", dcgan_critic(32, 32), 32, (3, 32, 32)),
-    "dcgan32-nhwc": CriticSpec("dcgan32-nhwc", dcgan_critic(32, 32, layout="NHWC"), 32,
-                               (32, 32, 3)),
+    "dcgan32-nhwc": CriticSpec(
+        "dcgan32-nhwc", dcgan_critic(32, 32, layout="NHWC"), 32, (32, 32, 3)
+    ),
 }
 TPU_CRITICS = {
     "mlp3072": CRITICS["mlp3072"],
     "dcgan32": CRITICS["dcgan32"],
-    "dcgan64-bf16": CriticSpec("dcgan64-bf16", dcgan_critic(16, 64, layers=3), 32, (3, 64, 64),
-                               jnp.bfloat16),
+    "dcgan64-bf16": CriticSpec(
+        "dcgan64-bf16", dcgan_critic(16, 64, layers=3), 32, (3, 64, 64), jnp.bfloat16
+    ),
 }
 
 
@@ -161,12 +196,14 @@ def _penalty(variant, critic, x_hat, weight, axis_name=None):
         value = reference.naive_gradient_penalty(critic, x_hat, weight=weight)
         # equal shards: the mean of per-shard means is the global mean
         return value if axis_name is None else lax.pmean(value, axis_name)
-    return penalty.gradient_penalty(critic, x_hat, weight=weight, axis_name=axis_name,
-                                    **OPTIONS[variant])
+    return penalty.gradient_penalty(
+        critic, x_hat, weight=weight, axis_name=axis_name, **OPTIONS[variant]
+    )
 
 
-def critic_loss(spec, variant, params, real, fake, key, weight=GP_WEIGHT, apply_gp=True,
-                axis_name=None):
+def critic_loss(
+    spec, variant, params, real, fake, key, weight=GP_WEIGHT, apply_gp=True, axis_name=None
+):
     """mean D(fake) - mean D(real) (+ the penalty at interpolates, unless ``variant == "plain"``)."""
     critic = functools.partial(spec.model.apply, params, dtype=spec.dtype)
 
@@ -190,7 +227,8 @@ def critic_step(spec, variant, *, axis_name=None):
 
     def step(params, opt_state, real, fake, key):
         loss, grads = jax.value_and_grad(
-            lambda p: critic_loss(spec, variant, p, real, fake, key, axis_name=axis_name))(params)
+            lambda p: critic_loss(spec, variant, p, real, fake, key, axis_name=axis_name)
+        )(params)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -224,10 +262,13 @@ def lazy_steps(spec, every, n):
     def step(apply_gp):
         def one(params, opt_state, real, fake, key):
             loss, g = jax.value_and_grad(
-                lambda p: critic_loss(spec, "fastgp", p, real, fake, key,
-                                      weight=GP_WEIGHT * every, apply_gp=apply_gp))(params)
+                lambda p: critic_loss(
+                    spec, "fastgp", p, real, fake, key, weight=GP_WEIGHT * every, apply_gp=apply_gp
+                )
+            )(params)
             updates, opt_state = opt.update(g, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss
+
         return jax.jit(one)
 
     return run_steps([step(False), step(True)], [int(i % every == 0) for i in range(n)])

@@ -40,6 +40,7 @@ BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xl
 
 # --- Leaf views ---------------------------------------------------------------------------------
 
+
 def image_channel_axis(shape) -> int | None:
     """1 (NCHW) or 3 (NHWC) for a (B, ., ., .) image whose channel axis is the smallest of the
     three and smaller than both spatial axes; None for any other shape."""
@@ -64,6 +65,7 @@ def _as_lanes(leaf, channel_axis):
 
 # --- Implementations ----------------------------------------------------------------------------
 
+
 def xla_sumsq(leaf):
     """(B,) sums of squares over every non-batch axis, plain jnp, float32 (float64 for float64)."""
     x = leaf.astype(jnp.result_type(jnp.float32, leaf.dtype))
@@ -76,6 +78,7 @@ def _tpu_sumsq(interpret):
         if axis is not None:
             return penalty_tpu.lane_sumsq(_as_lanes(leaf, axis), interpret=interpret)
         return penalty_tpu.row_sumsq(_as_rows(leaf), interpret=interpret)
+
     return sumsq
 
 
@@ -99,10 +102,12 @@ mlir.register_lowering(_unsupported_p, _raise_on_lowering)
 
 def _unsupported(backend: str) -> Callable:
     """A stand-in whose lowering raises a ValueError naming the alternatives."""
-    message = (f"backend={backend!r} runs the Pallas TPU or GPU kernels, but this program is being "
-               f"lowered for another platform ({jax.default_backend()!r} by default). Use "
-               f"backend='interpret' or 'tpu-interpret' to run the kernel on CPU, 'xla' for plain "
-               f"JAX, or 'auto' (the default, XLA today).")
+    message = (
+        f"backend={backend!r} runs the Pallas TPU or GPU kernels, but this program is being "
+        f"lowered for another platform ({jax.default_backend()!r} by default). Use "
+        f"backend='interpret' or 'tpu-interpret' to run the kernel on CPU, 'xla' for plain "
+        f"JAX, or 'auto' (the default, XLA today)."
+    )
 
     def unsupported(leaf):
         # Typed like the kernels' output in every sharding mode (manual axes inside shard_map,
@@ -129,14 +134,17 @@ def resolve(backend: str) -> Callable:
     if backend == "interpret":
         return per_device(_tpu_sumsq(True), backend)
     if backend == "tpu-interpret":
-        return per_device(_tpu_sumsq(pltpu.InterpretParams()), backend,
-                          unpartitionable=HOST_CALLBACKS)
+        return per_device(
+            _tpu_sumsq(pltpu.InterpretParams()), backend, unpartitionable=HOST_CALLBACKS
+        )
     if backend == "gpu-interpret":
         return per_device(_gpu_sumsq(True), backend)
     if backend == "pallas":
-        return _per_platform(per_device(_tpu_sumsq(False), backend,
-                                        unpartitionable=NO_TPU_PARTITIONER),
-                             per_device(_gpu_sumsq(False), backend), _unsupported(backend))
+        return _per_platform(
+            per_device(_tpu_sumsq(False), backend, unpartitionable=NO_TPU_PARTITIONER),
+            per_device(_gpu_sumsq(False), backend),
+            _unsupported(backend),
+        )
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
@@ -149,9 +157,11 @@ def resolve_for(backend: str, *leaves) -> Callable:
         return resolve(backend)
     if backend in ("auto", "xla"):
         return xla_sumsq
-    raise ValueError(f"backend={backend!r} runs kernels that accumulate in float32, but the "
-                     f"input has dtype {wide[0]}; use backend='auto' or 'xla' for float64, or "
-                     f"cast to float32")
+    raise ValueError(
+        f"backend={backend!r} runs kernels that accumulate in float32, but the "
+        f"input has dtype {wide[0]}; use backend='auto' or 'xla' for float64, or "
+        f"cast to float32"
+    )
 
 
 __all__ = ["BACKENDS", "image_channel_axis", "resolve", "resolve_for", "xla_sumsq"]

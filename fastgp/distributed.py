@@ -22,8 +22,9 @@ def varying_axes(tree) -> frozenset:
     return axes
 
 
-def require_axis_name(tree, axis_name, what: str,
-                      consequence: str = "the mean would be over this shard only") -> None:
+def require_axis_name(
+    tree, axis_name, what: str, consequence: str = "the mean would be over this shard only"
+) -> None:
     """Raise a ValueError when ``tree`` varies over manual mesh axes but ``axis_name`` is None.
 
     Without it the mean would silently be over this shard's samples only, and the parameter
@@ -39,7 +40,8 @@ def require_axis_name(tree, axis_name, what: str,
             f"{what} varies over the manual mesh axes {names} (inside shard_map), but "
             f"axis_name is None, so {consequence}. Pass "
             f"axis_name={suggestion!r} for the mean over the global batch, or axis_name=() for "
-            f"a deliberate per-shard value.")
+            f"a deliberate per-shard value."
+        )
 
 
 def _collective_axes(axis_name):

@@ -23,7 +23,8 @@ def check_backend_for_manual_axes(backend: str, manual_axes) -> None:
         raise ValueError(
             f"backend={backend!r} (generic Pallas interpret mode) cannot run inside shard_map "
             f"(the data varies over mesh axes {tuple(sorted(manual_axes))}); use "
-            f"backend='tpu-interpret' to run the TPU kernel on CPU there, or 'xla'")
+            f"backend='tpu-interpret' to run the TPU kernel on CPU there, or 'xla'"
+        )
 
 
 class _Blocking:

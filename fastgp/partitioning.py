@@ -42,6 +42,7 @@ BlockSumsq = Callable[[jax.Array], jax.Array]
 
 # --- PartitionSpec arithmetic -------------------------------------------------------------------
 
+
 def _axes(entry) -> tuple[str, ...]:
     """The mesh axes of one PartitionSpec entry (None, a name, or a tuple of names)."""
     if entry is None:
@@ -76,7 +77,8 @@ def check_even(shape, spec, axis_sizes, backend: str) -> None:
                 f"backend={backend!r}: {_describe(shape, spec)} splits dimension {dim} "
                 f"(size {size}) over {shards} devices unevenly, and the kernel would sum the "
                 f"padding. Shard that dimension over a mesh axis whose size divides it, or use "
-                f"backend='xla'.")
+                f"backend='xla'."
+            )
 
 
 def _block_sums(block_sumsq: BlockSumsq, spec) -> BlockSumsq:
@@ -92,14 +94,20 @@ def _block_sums(block_sumsq: BlockSumsq, spec) -> BlockSumsq:
 
 # --- Explicit sharding: the leaf's type says where each block lives ------------------------------
 
+
 def _explicit(block_sumsq: BlockSumsq, leaf, mesh, backend: str):
     spec = full_spec(jax.typeof(leaf).sharding.spec, leaf.ndim)
     check_even(leaf.shape, spec, mesh.shape, backend)
     # check_vma=False: this shard_map is only ever on the primal path (the derivative is the jnp
     # custom_jvp of fastgp.rowops), and generic interpret mode cannot carry varying manual-axis
     # types through its while loop (JAX 0.10.2).
-    return jax.shard_map(_block_sums(block_sumsq, spec), mesh=mesh, in_specs=P(*spec),
-                         out_specs=P(spec[0]), check_vma=False)(leaf)
+    return jax.shard_map(
+        _block_sums(block_sumsq, spec),
+        mesh=mesh,
+        in_specs=P(*spec),
+        out_specs=P(spec[0]),
+        check_vma=False,
+    )(leaf)
 
 
 # --- Refusals, checked when the program is lowered ---------------------------------------------
@@ -110,10 +118,13 @@ def _explicit(block_sumsq: BlockSumsq, leaf, mesh, backend: str):
 _unpartitioned_p = Primitive("fastgp_requires_unpartitioned")
 _unpartitioned_p.def_abstract_eval(lambda x, *, message, export_only: x)
 # Eagerly, as a jitted program on the array's own devices, so the lowering sees them too.
-_unpartitioned_p.def_impl(lambda x, **params: jax.jit(
-    lambda y: _unpartitioned_p.bind(y, **params))(x))
-batching.primitive_batchers[_unpartitioned_p] = (
-    lambda args, dims, **params: (_unpartitioned_p.bind(*args, **params), dims[0]))
+_unpartitioned_p.def_impl(
+    lambda x, **params: jax.jit(lambda y: _unpartitioned_p.bind(y, **params))(x)
+)
+batching.primitive_batchers[_unpartitioned_p] = lambda args, dims, **params: (
+    _unpartitioned_p.bind(*args, **params),
+    dims[0],
+)
 
 
 def _lower_unpartitioned(ctx, x, *, message, export_only):
@@ -132,24 +143,34 @@ def _refuse_when_lowered(leaf, message: str, export_only: bool = False):
 
 
 # Why a kernel cannot be custom-partitioned, where it cannot: completes "...; it cannot run ..."
-HOST_CALLBACKS = ("it simulates the TPU through host callbacks, which custom_partitioning cannot "
-                  "carry into the per-device program")
-NO_TPU_PARTITIONER = ("XLA:TPU has no partitioner for custom_partitioning ops (\"Custom emitter "
-                      "for CustomSPMDPartitioning not found\", jax-ml/jax#38196)")
+HOST_CALLBACKS = (
+    "it simulates the TPU through host callbacks, which custom_partitioning cannot "
+    "carry into the per-device program"
+)
+NO_TPU_PARTITIONER = (
+    'XLA:TPU has no partitioner for custom_partitioning ops ("Custom emitter '
+    'for CustomSPMDPartitioning not found", jax-ml/jax#38196)'
+)
 
 
 def _single_device_only(block_sumsq: BlockSumsq, backend: str, reason: str) -> BlockSumsq:
-    message = (f"backend={backend!r} cannot run on this Auto-sharded program over several "
-               f"devices: {reason}; it would otherwise gather every leaf onto each device. Run "
-               f"the step under explicit sharding (jax.make_mesh's default axis types, arrays "
-               f"placed with NamedSharding, jax.set_mesh) or inside shard_map, where "
-               f"{backend!r} runs per device, or use backend='auto'."
-               + (" On CPU, backend='interpret' runs the same kernel partitioned per device."
-                  if reason is HOST_CALLBACKS else ""))
+    message = (
+        f"backend={backend!r} cannot run on this Auto-sharded program over several "
+        f"devices: {reason}; it would otherwise gather every leaf onto each device. Run "
+        f"the step under explicit sharding (jax.make_mesh's default axis types, arrays "
+        f"placed with NamedSharding, jax.set_mesh) or inside shard_map, where "
+        f"{backend!r} runs per device, or use backend='auto'."
+        + (
+            " On CPU, backend='interpret' runs the same kernel partitioned per device."
+            if reason is HOST_CALLBACKS
+            else ""
+        )
+    )
     return lambda leaf: block_sumsq(_refuse_when_lowered(leaf, message))
 
 
 # --- Auto sharding: the partitioner decides and calls back --------------------------------------
+
 
 def _named_sharding(arg, backend: str) -> NamedSharding:
     sharding = arg.sharding
@@ -159,7 +180,8 @@ def _named_sharding(arg, backend: str) -> NamedSharding:
             f"sharding {sharding}, which is not a PartitionSpec over a named mesh, so the kernel "
             f"cannot be split per device without gathering the leaf. Shard the step's inputs "
             f"with NamedSharding on one jax.sharding.Mesh, run the penalty inside shard_map, or "
-            f"use backend='xla'.")
+            f"use backend='xla'."
+        )
     return sharding
 
 
@@ -182,23 +204,31 @@ def _auto(block_sumsq: BlockSumsq, backend: str) -> BlockSumsq:
         (arg,) = arg_shapes
         sharding, spec = layout(arg)
         check_even(arg.shape, spec, sharding.mesh.shape, backend)
-        return (sharding.mesh, _block_sums(block_sumsq, spec),
-                NamedSharding(sharding.mesh, P(spec[0])), (sharding,))
+        return (
+            sharding.mesh,
+            _block_sums(block_sumsq, spec),
+            NamedSharding(sharding.mesh, P(spec[0])),
+            (sharding,),
+        )
 
     def sharding_rule(mesh, operand_types, result_types):
         reduced = tuple(f"r{dim}" for dim in range(1, len(operand_types[0].shape)))
         return f"b {' '.join(reduced)} -> b", {"reduction_factors": reduced}
 
-    partitioned.def_partition(partition=partition,
-                              infer_sharding_from_operands=infer_sharding_from_operands,
-                              sharding_rule=sharding_rule)
+    partitioned.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer_sharding_from_operands,
+        sharding_rule=sharding_rule,
+    )
     export_message = (
         f"backend={backend!r} under Auto sharding over several devices partitions the kernel "
         f"with custom_partitioning, whose Python callbacks an exported program cannot hold. "
         f"Export the step under explicit sharding (jax.make_mesh's default axis types, "
-        f"jax.set_mesh), where the kernel runs in a shard_map, or use backend='auto'.")
+        f"jax.set_mesh), where the kernel runs in a shard_map, or use backend='auto'."
+    )
     return _merging_vmapped_batches(
-        lambda leaf: partitioned(_refuse_when_lowered(leaf, export_message, export_only=True)))
+        lambda leaf: partitioned(_refuse_when_lowered(leaf, export_message, export_only=True))
+    )
 
 
 def _merging_vmapped_batches(sumsq: BlockSumsq) -> BlockSumsq:
@@ -221,13 +251,15 @@ def _merging_vmapped_batches(sumsq: BlockSumsq) -> BlockSumsq:
 
 # --- Dispatch on the sharding mode --------------------------------------------------------------
 
+
 def _mesh_of(leaf):
     mesh = jax.typeof(leaf).sharding.mesh
     return mesh if not mesh.empty else jax.sharding.get_abstract_mesh()
 
 
-def per_device(block_sumsq: BlockSumsq, backend: str, *, unpartitionable: str | None = None
-               ) -> BlockSumsq:
+def per_device(
+    block_sumsq: BlockSumsq, backend: str, *, unpartitionable: str | None = None
+) -> BlockSumsq:
     """``block_sumsq`` run on every device's block of the leaf, in any sharding mode.
 
     Args:
@@ -259,10 +291,17 @@ def per_device(block_sumsq: BlockSumsq, backend: str, *, unpartitionable: str | 
             f"backend={backend!r}: {_describe(leaf.shape, spec)} is traced on a mesh with axis "
             f"types {dict(zip(mesh.axis_names, mesh.axis_types))}; the kernel partitions itself "
             f"when every axis is Auto, every axis is Explicit, or inside a shard_map over every axis. "
-            f"Make the shard_map cover every mesh axis, use one axis type, or use backend='xla'.")
+            f"Make the shard_map cover every mesh axis, use one axis type, or use backend='xla'."
+        )
 
     return sumsq
 
 
-__all__ = ["HOST_CALLBACKS", "NO_TPU_PARTITIONER", "check_even", "full_spec", "per_device",
-           "reduced_mesh_axes"]
+__all__ = [
+    "HOST_CALLBACKS",
+    "NO_TPU_PARTITIONER",
+    "check_even",
+    "full_spec",
+    "per_device",
+    "reduced_mesh_axes",
+]

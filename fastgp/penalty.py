@@ -44,8 +44,9 @@ def grad_norms(grads, *, backend="auto"):
     return norms
 
 
-def penalty_and_norms_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT,
-                                 backend="auto", axis_name=None):
+def penalty_and_norms_from_grads(
+    grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT, backend="auto", axis_name=None
+):
     """(``weight * mean_b p(n_b)`` over the global batch, (B_local,) float32 norms)."""
     weight = validation.check_weight(weight)
     validation.check_axis_name(axis_name)
@@ -54,14 +55,16 @@ def penalty_and_norms_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=DE
     return weight * global_mean(penalties, axis_name), norms
 
 
-def penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT,
-                       backend="auto", axis_name=None):
+def penalty_from_grads(
+    grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT, backend="auto", axis_name=None
+):
     """``weight * mean_b p(n_b)`` over the global batch, for input-gradients already computed.
 
     Differentiable in ``grads`` to any order (the kernels' nested custom VJPs).
     """
-    penalty, _ = penalty_and_norms_from_grads(grads, kind=kind, target=target, weight=weight,
-                                              backend=backend, axis_name=axis_name)
+    penalty, _ = penalty_and_norms_from_grads(
+        grads, kind=kind, target=target, weight=weight, backend=backend, axis_name=axis_name
+    )
     return penalty
 
 
@@ -82,9 +85,18 @@ def remat_critic(critic, remat=None):
     return jax.checkpoint(critic, policy=REMAT_POLICIES[remat])
 
 
-def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT,
-                               backend="auto", axis_name=None,
-                               second_order="reverse-over-forward", remat=None):
+def gradient_penalty_and_norms(
+    critic,
+    x,
+    *,
+    kind="wgan-gp",
+    target=1.0,
+    weight=DEFAULT_WEIGHT,
+    backend="auto",
+    axis_name=None,
+    second_order="reverse-over-forward",
+    remat=None,
+):
     """Like :func:`gradient_penalty`, also returning the (B_local,) float32 input-gradient norms."""
     validation.check_kind(kind)
     validation.check_backend(backend)
@@ -98,16 +110,27 @@ def gradient_penalty_and_norms(critic, x, *, kind="wgan-gp", target=1.0, weight=
     critic = remat_critic(critic, remat)
     if second_order == "reverse":
         _, grads = input_gradients(critic, x)
-        return penalty_and_norms_from_grads(grads, kind=kind, target=target, weight=weight,
-                                            backend=backend, axis_name=axis_name)
-    mean, norms = mean_penalty_and_norms(critic, x, kind=kind, target=target, backend=backend,
-                                         axis_name=axis_name)
+        return penalty_and_norms_from_grads(
+            grads, kind=kind, target=target, weight=weight, backend=backend, axis_name=axis_name
+        )
+    mean, norms = mean_penalty_and_norms(
+        critic, x, kind=kind, target=target, backend=backend, axis_name=axis_name
+    )
     return weight * mean, norms
 
 
-def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT,
-                     backend="auto", axis_name=None, second_order="reverse-over-forward",
-                     remat=None):
+def gradient_penalty(
+    critic,
+    x,
+    *,
+    kind="wgan-gp",
+    target=1.0,
+    weight=DEFAULT_WEIGHT,
+    backend="auto",
+    axis_name=None,
+    second_order="reverse-over-forward",
+    remat=None,
+):
     """Gradient penalty ``weight * mean_b p(||∂D(x)_b / ∂x_b||)`` of ``critic`` at points ``x``.
 
     Args:
@@ -130,8 +153,16 @@ def gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WE
       scalar float32 (float64 for float64 input).
     """
     penalty, _ = gradient_penalty_and_norms(
-        critic, x, kind=kind, target=target, weight=weight, backend=backend,
-        axis_name=axis_name, second_order=second_order, remat=remat)
+        critic,
+        x,
+        kind=kind,
+        target=target,
+        weight=weight,
+        backend=backend,
+        axis_name=axis_name,
+        second_order=second_order,
+        remat=remat,
+    )
     return penalty
 
 
@@ -145,8 +176,12 @@ def interpolate(key, real, fake, *, axis_name=None):
     validation.check_same_structure(real, fake)
     validation.check_axis_name(axis_name)
     _, batch = validation.leaves_of(real, "real")
-    require_axis_name((real, fake), axis_name, "real/fake",
-                      "every shard would draw the same alphas from the same key")
+    require_axis_name(
+        (real, fake),
+        axis_name,
+        "real/fake",
+        "every shard would draw the same alphas from the same key",
+    )
     shards = shard_count(axis_name)
     alpha = jax.random.uniform(key, (batch * shards,), jnp.float32)
     if shards != 1:

@@ -15,8 +15,9 @@ def naive_grad_norms(grads):
     dtype = jnp.result_type(jnp.float32, *(leaf.dtype for leaf in leaves))
     # Summed over the non-batch axes in place (no reshape to (B, D)), so that it also runs under
     # explicit sharding with a non-batch axis sharded.
-    sumsq = sum(jnp.sum(jnp.square(leaf.astype(dtype)), axis=tuple(range(1, leaf.ndim)))
-                for leaf in leaves)
+    sumsq = sum(
+        jnp.sum(jnp.square(leaf.astype(dtype)), axis=tuple(range(1, leaf.ndim))) for leaf in leaves
+    )
     return jnp.sqrt(sumsq)
 
 
@@ -27,7 +28,7 @@ def naive_penalties(norms, *, kind="wgan-gp", target=1.0):
     if kind == "wgan-lp":
         return jnp.maximum(0.0, norms / target - 1.0) ** 2
     if kind == "r1":
-        return norms ** 2
+        return norms**2
     raise ValueError(f"unknown penalty kind {kind!r}")
 
 

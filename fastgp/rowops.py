@@ -47,8 +47,10 @@ def row_scale(norm, ct_norm, ct_penalty, kind, target):
 def row_dots(leaves, other_leaves):
     """(B,) per-sample dot products over all leaves, accumulated in float32 (float64 for f64)."""
     dtype = jnp.result_type(jnp.float32, *(leaf.dtype for leaf in leaves))
-    return sum(jnp.sum(a.astype(dtype) * b.astype(dtype), axis=tuple(range(1, a.ndim)))
-               for a, b in zip(leaves, other_leaves))
+    return sum(
+        jnp.sum(a.astype(dtype) * b.astype(dtype), axis=tuple(range(1, a.ndim)))
+        for a, b in zip(leaves, other_leaves)
+    )
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))

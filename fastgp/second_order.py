@@ -48,7 +48,8 @@ def mean_penalty_and_norms(critic, x, *, kind, target, backend, axis_name):
             "cannot be differentiated in forward mode first (jax.jvp or jax.jacfwd of the penalty "
             "itself). Take reverse mode first: jax.grad, and on top of it jax.jvp(jax.grad(f)), "
             "jax.hessian or further jax.grad all work; or use second_order='reverse', which is "
-            "forward-differentiable.") from err
+            "forward-differentiable."
+        ) from err
 
 
 def _input_gradients(converted, x, consts):
@@ -81,6 +82,7 @@ def _mean_penalty_fwd(converted, kind, target, backend, axis_name, x, consts):
 def _scale_like(scale, tree):
     """``scale[b] * leaf[b]`` for every (B, ...) leaf of ``tree``, computed in float32 (or wider),
     returned in each leaf's dtype. Left to XLA, which fuses it into the JVP that consumes it."""
+
     def scaled(leaf):
         dtype = jnp.promote_types(leaf.dtype, scale.dtype)
         factor = scale.astype(dtype).reshape((-1,) + (1,) * (leaf.ndim - 1))

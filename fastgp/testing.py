@@ -41,25 +41,43 @@ class PenaltyErrors(NamedTuple):
 
 # --- Checking a penalty against the naive one ---------------------------------------------------
 
-def _default_penalty_fn(*, kind: str = "wgan-gp", target: float = 1.0,
-                        weight: float = DEFAULT_WEIGHT, backend: str = "auto",
-                        second_order: str = "reverse-over-forward",
-                        remat: str | None = None) -> PenaltyFn:
+
+def _default_penalty_fn(
+    *,
+    kind: str = "wgan-gp",
+    target: float = 1.0,
+    weight: float = DEFAULT_WEIGHT,
+    backend: str = "auto",
+    second_order: str = "reverse-over-forward",
+    remat: str | None = None,
+) -> PenaltyFn:
     """``fastgp.gradient_penalty`` with these options, as ``penalty_fn(critic, x) -> scalar``."""
-    return functools.partial(gradient_penalty, kind=kind, target=target, weight=weight,
-                             backend=backend, second_order=second_order, remat=remat)
+    return functools.partial(
+        gradient_penalty,
+        kind=kind,
+        target=target,
+        weight=weight,
+        backend=backend,
+        second_order=second_order,
+        remat=remat,
+    )
 
 
 def _random_tangent(params, seed: int):
     """A standard-normal pytree shaped and typed like ``params`` (one key per leaf)."""
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return treedef.unflatten([jax.random.normal(k, jnp.shape(leaf), jnp.result_type(leaf))
-                              for k, leaf in zip(keys, leaves)])
+    return treedef.unflatten(
+        [
+            jax.random.normal(k, jnp.shape(leaf), jnp.result_type(leaf))
+            for k, leaf in zip(keys, leaves)
+        ]
+    )
 
 
 def _derivatives(penalty_fn: PenaltyFn, apply: Callable, orders: int):
     """Jitted ``(params, x, tangent) -> [value, d/dparams, HVP along tangent][:orders + 1]``."""
+
     def loss(params, x):
         return penalty_fn(functools.partial(apply, params), x)
 
@@ -86,8 +104,9 @@ def _evaluate(fn, params, x, tangent):
 
 def _leaf_names(tree, prefix: str) -> list[str]:
     """``prefix`` followed by each leaf's ``jax.tree_util.keystr`` path, in leaf order."""
-    return [prefix + jax.tree_util.keystr(path)
-            for path, _ in jax.tree_util.tree_leaves_with_path(tree)]
+    return [
+        prefix + jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)
+    ]
 
 
 def _check_reference(ref_leaves: list[np.ndarray], what: str) -> float:
@@ -96,23 +115,27 @@ def _check_reference(ref_leaves: list[np.ndarray], what: str) -> float:
         raise AssertionError(
             f"the naive reference's {what} is not finite, so nothing can be compared (its "
             f"backward divides by each sample's input-gradient norm: NaN where one is zero); "
-            f"choose x and params so that no sample's input-gradient vanishes")
+            f"choose x and params so that no sample's input-gradient vanishes"
+        )
     scale = max(float(np.max(np.abs(leaf), initial=0.0)) for leaf in ref_leaves)
     if scale == 0.0:
         raise AssertionError(
             f"the naive reference's {what} is identically zero, so nothing is being compared; "
-            f"choose x, params and target so that the penalty is active")
+            f"choose x, params and target so that the penalty is active"
+        )
     return scale
 
 
-def _relative_errors(ours: list[np.ndarray], ref: list[np.ndarray], scale: float,
-                     names: list[str]) -> list[float]:
+def _relative_errors(
+    ours: list[np.ndarray], ref: list[np.ndarray], scale: float, names: list[str]
+) -> list[float]:
     """Per leaf, max |ours - ref| / scale (inf where ours is not finite)."""
     errors = []
     for a, b, name in zip(ours, ref, names):
         if np.shape(a) != np.shape(b):
-            raise AssertionError(f"the penalty's {name} has shape {np.shape(a)}; the "
-                                 f"reference's has {np.shape(b)}")
+            raise AssertionError(
+                f"the penalty's {name} has shape {np.shape(a)}; the reference's has {np.shape(b)}"
+            )
         finite = np.all(np.isfinite(a))
         errors.append(float(np.max(np.abs(a - b), initial=0.0)) / scale if finite else math.inf)
     return errors
@@ -126,13 +149,16 @@ def _compare_order(order: int, ours, ref, names: list[str]) -> tuple[float, str]
     what = ORDER_NAMES[order]
     if order == 0:
         if np.shape(ours) != ():
-            raise AssertionError(f"the penalty's value has shape {np.shape(ours)}; expected a "
-                                 f"scalar")
+            raise AssertionError(
+                f"the penalty's value has shape {np.shape(ours)}; expected a scalar"
+            )
         ours, ref, names = [ours], [ref], [what]
     else:
         if jax.tree.structure(ours) != jax.tree.structure(ref):
-            raise AssertionError(f"the {what} has structure {jax.tree.structure(ours)}; the "
-                                 f"reference's is {jax.tree.structure(ref)}")
+            raise AssertionError(
+                f"the {what} has structure {jax.tree.structure(ours)}; the "
+                f"reference's is {jax.tree.structure(ref)}"
+            )
         ours, ref = jax.tree.leaves(ours), jax.tree.leaves(ref)
         names = [f"{what} of {name}" for name in names]
     errors = _relative_errors(ours, ref, _check_reference(ref, what), names)
@@ -151,10 +177,21 @@ def _shown(error: float) -> str:
 
 
 def assert_penalty_matches_naive(
-        apply: Callable, params, x, *, orders: int = 2, kind: str = "wgan-gp",
-        target: float = 1.0, weight: float = DEFAULT_WEIGHT, backend: str = "auto",
-        second_order: str = "reverse-over-forward", remat: str | None = None,
-        rtol: float = 1e-5, penalty_fn: PenaltyFn | None = None, seed: int = 0) -> PenaltyErrors:
+    apply: Callable,
+    params,
+    x,
+    *,
+    orders: int = 2,
+    kind: str = "wgan-gp",
+    target: float = 1.0,
+    weight: float = DEFAULT_WEIGHT,
+    backend: str = "auto",
+    second_order: str = "reverse-over-forward",
+    remat: str | None = None,
+    rtol: float = 1e-5,
+    penalty_fn: PenaltyFn | None = None,
+    seed: int = 0,
+) -> PenaltyErrors:
     """Assert that a gradient penalty and its parameter derivatives equal the naive penalty's.
 
     Compares, for order 0 up to ``orders``: the value; the gradient with respect to ``params``
@@ -188,8 +225,14 @@ def assert_penalty_matches_naive(
     if orders not in (0, 1, 2):
         raise ValueError(f"orders must be 0, 1 or 2 (the highest order compared), got {orders!r}")
     if penalty_fn is None:
-        penalty_fn = _default_penalty_fn(kind=kind, target=target, weight=weight, backend=backend,
-                                         second_order=second_order, remat=remat)
+        penalty_fn = _default_penalty_fn(
+            kind=kind,
+            target=target,
+            weight=weight,
+            backend=backend,
+            second_order=second_order,
+            remat=remat,
+        )
     naive_fn = functools.partial(naive_gradient_penalty, kind=kind, target=target, weight=weight)
     tangent = _random_tangent(params, seed)
     ours = _evaluate(_derivatives(penalty_fn, apply, orders), params, x, tangent)
@@ -203,13 +246,14 @@ def assert_penalty_matches_naive(
             raise AssertionError(
                 f"the penalty's {name} differs from the naive penalty's: max relative error "
                 f"{_shown(error)} (relative to the reference's largest entry) > rtol={rtol:.1e} "
-                f"[kind={kind!r}; errors so far: {_summary(errors)}]")
+                f"[kind={kind!r}; errors so far: {_summary(errors)}]"
+            )
     return PenaltyErrors(*errors)
 
 
 def assert_kernels_match_naive(
-        apply: Callable, params, x, *, backends: Sequence[str] = INTERPRET_BACKENDS,
-        **kwargs) -> dict[str, PenaltyErrors]:
+    apply: Callable, params, x, *, backends: Sequence[str] = INTERPRET_BACKENDS, **kwargs
+) -> dict[str, PenaltyErrors]:
     """:func:`assert_penalty_matches_naive` for each Pallas interpret-mode backend, on one device.
 
     On the CPU, ``"interpret"`` runs the TPU kernel in generic Pallas interpret mode,
@@ -221,13 +265,16 @@ def assert_kernels_match_naive(
     """
     for reserved in ("backend", "penalty_fn"):
         if reserved in kwargs:
-            raise TypeError(f"assert_kernels_match_naive sets {reserved!r} itself; use "
-                            f"assert_penalty_matches_naive for one {reserved}")
+            raise TypeError(
+                f"assert_kernels_match_naive sets {reserved!r} itself; use "
+                f"assert_penalty_matches_naive for one {reserved}"
+            )
     results = {}
     for backend in backends:
         try:
-            results[backend] = assert_penalty_matches_naive(apply, params, x, backend=backend,
-                                                            **kwargs)
+            results[backend] = assert_penalty_matches_naive(
+                apply, params, x, backend=backend, **kwargs
+            )
         except AssertionError as err:
             raise AssertionError(f"backend={backend!r}: {err}") from err
     return results
@@ -235,32 +282,50 @@ def assert_kernels_match_naive(
 
 # --- Timing a critic step with the naive penalty and with fastgp's ------------------------------
 
-def _penalty_steps(make_step: Callable[[PenaltyFn], Callable], args: Sequence, *,
-                   kind: str = "wgan-gp", target: float = 1.0, weight: float = DEFAULT_WEIGHT,
-                   backend: str = "auto", second_order: str = "reverse-over-forward",
-                   remat: str | None = None) -> dict[str, Callable[[], Any]]:
+
+def _penalty_steps(
+    make_step: Callable[[PenaltyFn], Callable],
+    args: Sequence,
+    *,
+    kind: str = "wgan-gp",
+    target: float = 1.0,
+    weight: float = DEFAULT_WEIGHT,
+    backend: str = "auto",
+    second_order: str = "reverse-over-forward",
+    remat: str | None = None,
+) -> dict[str, Callable[[], Any]]:
     """{"naive": call, "fastgp": call}: zero-argument calls of each step that block on its result.
 
     ``make_step(penalty_fn)`` builds the user's (jitted) step ``step(*args)`` around a
     ``penalty_fn(critic, x) -> scalar``."""
     naive_fn = functools.partial(naive_gradient_penalty, kind=kind, target=target, weight=weight)
-    ours_fn = _default_penalty_fn(kind=kind, target=target, weight=weight, backend=backend,
-                                  second_order=second_order, remat=remat)
+    ours_fn = _default_penalty_fn(
+        kind=kind,
+        target=target,
+        weight=weight,
+        backend=backend,
+        second_order=second_order,
+        remat=remat,
+    )
     steps = {"naive": make_step(naive_fn), "fastgp": make_step(ours_fn)}
-    return {name: (lambda step=step: jax.block_until_ready(step(*args)))
-            for name, step in steps.items()}
+    return {
+        name: (lambda step=step: jax.block_until_ready(step(*args))) for name, step in steps.items()
+    }
 
 
-def _interleaved_times(calls: Mapping[str, Callable[[], Any]], *, rounds: int,
-                       warmup: int) -> dict[str, list[float]]:
+def _interleaved_times(
+    calls: Mapping[str, Callable[[], Any]], *, rounds: int, warmup: int
+) -> dict[str, list[float]]:
     """Per-call seconds, {name: [rounds floats]}, each round calling every path once.
 
     Every call is first run ``warmup`` times untimed (the first compiles). The order within a
     round rotates from round to round, so load from other processes and slow drifts hit every
     path alike."""
     if rounds < 1 or warmup < 1:
-        raise ValueError(f"need rounds >= 1 and warmup >= 1 (the first call compiles), got "
-                         f"rounds={rounds}, warmup={warmup}")
+        raise ValueError(
+            f"need rounds >= 1 and warmup >= 1 (the first call compiles), got "
+            f"rounds={rounds}, warmup={warmup}"
+        )
     names = list(calls)
     for name in names:
         for _ in range(warmup):
@@ -280,14 +345,24 @@ def _timing_summary(samples: Mapping[str, Sequence[float]]) -> dict[str, Any]:
 
     A ratio below 1 means the fastgp step is the faster."""
     naive, ours = np.asarray(samples["naive"]), np.asarray(samples["fastgp"])
-    return {"naive_s": float(np.median(naive)), "fastgp_s": float(np.median(ours)),
-            "ratio": float(np.median(ours) / np.median(naive)),
-            "paired_ratio": float(np.median(ours / naive)), "rounds": len(naive),
-            "samples_s": {name: [float(s) for s in values] for name, values in samples.items()}}
+    return {
+        "naive_s": float(np.median(naive)),
+        "fastgp_s": float(np.median(ours)),
+        "ratio": float(np.median(ours) / np.median(naive)),
+        "paired_ratio": float(np.median(ours / naive)),
+        "rounds": len(naive),
+        "samples_s": {name: [float(s) for s in values] for name, values in samples.items()},
+    }
 
 
-def compare_penalty_steps(make_step: Callable[[PenaltyFn], Callable], args: Sequence, *,
-                          rounds: int = 20, warmup: int = 2, **options) -> dict[str, Any]:
+def compare_penalty_steps(
+    make_step: Callable[[PenaltyFn], Callable],
+    args: Sequence,
+    *,
+    rounds: int = 20,
+    warmup: int = 2,
+    **options,
+) -> dict[str, Any]:
     """Time the user's step with the naive penalty and with fastgp's, interleaved in one run.
 
     Args:
@@ -308,9 +383,15 @@ def compare_penalty_steps(make_step: Callable[[PenaltyFn], Callable], args: Sequ
     return _timing_summary(_interleaved_times(calls, rounds=rounds, warmup=warmup))
 
 
-def benchmark_penalty_steps(benchmark, make_step: Callable[[PenaltyFn], Callable],
-                            args: Sequence, *, rounds: int = 20, warmup: int = 2,
-                            **options) -> dict[str, Any]:
+def benchmark_penalty_steps(
+    benchmark,
+    make_step: Callable[[PenaltyFn], Callable],
+    args: Sequence,
+    *,
+    rounds: int = 20,
+    warmup: int = 2,
+    **options,
+) -> dict[str, Any]:
     """:func:`compare_penalty_steps` for a pytest-benchmark ``benchmark`` fixture.
 
     The interleaved figures go to ``benchmark.extra_info`` (under their own names); the

@@ -25,8 +25,10 @@ def leaves_of(tree, what: str):
         if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
             raise TypeError(f"{name} is a {type(leaf).__name__}, expected an array")
         if not jnp.issubdtype(leaf.dtype, jnp.floating):
-            raise TypeError(f"{name} has dtype {leaf.dtype}; gradient penalties need a floating "
-                            f"dtype (float32, bfloat16, float16, or float64 with x64)")
+            raise TypeError(
+                f"{name} has dtype {leaf.dtype}; gradient penalties need a floating "
+                f"dtype (float32, bfloat16, float16, or float64 with x64)"
+            )
         if leaf.ndim == 0:
             raise ValueError(f"{name} is a scalar; expected a leading batch axis (B, ...)")
         if leaf.shape[0] == 0:
@@ -36,8 +38,10 @@ def leaves_of(tree, what: str):
         if batch is None:
             batch = leaf.shape[0]
         elif leaf.shape[0] != batch:
-            raise ValueError(f"{name} has batch size {leaf.shape[0]} but earlier leaves have "
-                             f"{batch}; every leaf must share the leading batch axis")
+            raise ValueError(
+                f"{name} has batch size {leaf.shape[0]} but earlier leaves have "
+                f"{batch}; every leaf must share the leading batch axis"
+            )
     return tuple(leaves), batch
 
 
@@ -47,24 +51,30 @@ def call_critic(critic, x):
         return critic(x)
     except (TypeError, ValueError) as err:
         shapes = jax.tree.map(lambda leaf: tuple(leaf.shape), x)
-        err.add_note(f"fastgp called the critic on the whole batch x of shape {shapes}; a "
-                     f"critic must map (B, ...) to scores of shape (B,) or (B, 1). A per-sample "
-                     f"model (an Equinox module, say) must be passed as jax.vmap(model).")
+        err.add_note(
+            f"fastgp called the critic on the whole batch x of shape {shapes}; a "
+            f"critic must map (B, ...) to scores of shape (B,) or (B, 1). A per-sample "
+            f"model (an Equinox module, say) must be passed as jax.vmap(model)."
+        )
         raise
 
 
 def check_same_structure(real, fake):
     """real and fake must have the same tree structure, shapes and dtypes."""
     if jax.tree.structure(real) != jax.tree.structure(fake):
-        raise ValueError(f"real and fake have different structures: {jax.tree.structure(real)} "
-                         f"vs {jax.tree.structure(fake)}")
+        raise ValueError(
+            f"real and fake have different structures: {jax.tree.structure(real)} "
+            f"vs {jax.tree.structure(fake)}"
+        )
     for (path, r), f in zip(jax.tree_util.tree_leaves_with_path(real), jax.tree.leaves(fake)):
         if r.shape != f.shape:
-            raise ValueError(f"real{jax.tree_util.keystr(path)} has shape {r.shape} but fake has "
-                             f"{f.shape}")
+            raise ValueError(
+                f"real{jax.tree_util.keystr(path)} has shape {r.shape} but fake has {f.shape}"
+            )
         if r.dtype != f.dtype:
-            raise TypeError(f"real{jax.tree_util.keystr(path)} has dtype {r.dtype} but fake has "
-                            f"{f.dtype}")
+            raise TypeError(
+                f"real{jax.tree_util.keystr(path)} has dtype {r.dtype} but fake has {f.dtype}"
+            )
 
 
 def check_choice(name: str, value, choices) -> None:
@@ -77,8 +87,9 @@ def check_axis_name(axis_name) -> None:
     """None, a mesh axis name, or a tuple of them (``()`` for a deliberate per-shard value)."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     if axis_name is not None and not all(isinstance(n, str) and n for n in names):
-        raise TypeError(f"axis_name must be None, a mesh axis name or a tuple of names, got "
-                        f"{axis_name!r}")
+        raise TypeError(
+            f"axis_name must be None, a mesh axis name or a tuple of names, got {axis_name!r}"
+        )
 
 
 def check_backend_on_data(backend: str, tree) -> None:
@@ -87,9 +98,11 @@ def check_backend_on_data(backend: str, tree) -> None:
     if backend not in ("auto", "xla"):
         for leaf in jax.tree.leaves(tree):
             if jnp.dtype(leaf.dtype).itemsize > 4:
-                raise ValueError(f"backend={backend!r} runs kernels that accumulate in float32, "
-                                 f"but the input has dtype {leaf.dtype}; use backend='auto' or "
-                                 f"'xla' for float64, or cast to float32")
+                raise ValueError(
+                    f"backend={backend!r} runs kernels that accumulate in float32, "
+                    f"but the input has dtype {leaf.dtype}; use backend='auto' or "
+                    f"'xla' for float64, or cast to float32"
+                )
 
 
 def check_kind(kind):
@@ -129,8 +142,10 @@ def check_scores(scores, batch: int):
     """Critic output must be (B,) or (B, 1); returns it as (B,)."""
     shape = getattr(scores, "shape", None)
     if shape not in ((batch,), (batch, 1)):
-        raise ValueError(f"critic must return scores of shape ({batch},) or ({batch}, 1) for a "
-                         f"batch of {batch}, got {shape}")
+        raise ValueError(
+            f"critic must return scores of shape ({batch},) or ({batch}, 1) for a "
+            f"batch of {batch}, got {shape}"
+        )
     if not jnp.issubdtype(scores.dtype, jnp.floating):
         raise TypeError(f"critic scores have dtype {scores.dtype}; expected a floating dtype")
     return scores.reshape(batch)

@@ -35,8 +35,9 @@ def _row_sumsq_kernel(x_ref, sum_ref, *, chunk):
         x = plgpu.load(x_ref.at[idx], mask=idx < features, other=0.0).astype(jnp.float32)
         return acc + x * x
 
-    sum_ref[...] = lax.fori_loop(0, pl.cdiv(features, chunk), body,
-                                 jnp.zeros(chunk, jnp.float32)).sum()
+    sum_ref[...] = lax.fori_loop(
+        0, pl.cdiv(features, chunk), body, jnp.zeros(chunk, jnp.float32)
+    ).sum()
 
 
 @functools.partial(jax.jit, static_argnames=("interpret",))
@@ -45,8 +46,9 @@ def row_sumsq(g, *, interpret=False):
     chunk = _chunk(g.shape[1], g.dtype.itemsize)
     call = pl.pallas_call(
         functools.partial(_row_sumsq_kernel, chunk=chunk),
-        out_shape=jax.ShapeDtypeStruct((), jnp.float32,
-                                       manual_axis_type=jax.typeof(g).manual_axis_type),
+        out_shape=jax.ShapeDtypeStruct(
+            (), jnp.float32, manual_axis_type=jax.typeof(g).manual_axis_type
+        ),
         grid=(),
         compiler_params=plgpu.CompilerParams(num_warps=_num_warps(chunk)),
         interpret=interpret,

@@ -33,9 +33,9 @@ def _lane_partial_sums(x):
     rows, d = x.shape
     out = jnp.zeros((rows, LANES), jnp.float32)
     for j in range(d // LANES):
-        out = out + x[:, j * LANES:(j + 1) * LANES]
+        out = out + x[:, j * LANES : (j + 1) * LANES]
     if d % LANES:
-        rest = jnp.sum(x[:, d - d % LANES:], axis=1, keepdims=True)
+        rest = jnp.sum(x[:, d - d % LANES :], axis=1, keepdims=True)
         lane = lax.broadcasted_iota(jnp.int32, out.shape, 1)
         out = out + jnp.where(lane == 0, rest, 0.0)
     return out
@@ -91,32 +91,44 @@ def _accumulate(acc_ref, out_ref, partial, finish):
 
 def _rows_kernel(g_ref, out_ref, acc_ref, *, grid):
     x = grid.valid(g_ref[...].astype(jnp.float32), axis=1)
-    _accumulate(acc_ref, out_ref, _lane_partial_sums(x * x),
-                lambda acc: jnp.sum(acc.T, axis=0, keepdims=True))  # (1, block_b), lane-dense
+    _accumulate(
+        acc_ref,
+        out_ref,
+        _lane_partial_sums(x * x),
+        lambda acc: jnp.sum(acc.T, axis=0, keepdims=True),
+    )  # (1, block_b), lane-dense
 
 
 def _lanes_kernel(g_ref, out_ref, acc_ref, *, grid):
     x = grid.valid(g_ref[...].astype(jnp.float32), axis=0)
-    _accumulate(acc_ref, out_ref, jnp.sum(x * x, axis=0),
-                lambda acc: jnp.sum(acc, axis=0, keepdims=True))
+    _accumulate(
+        acc_ref, out_ref, jnp.sum(x * x, axis=0), lambda acc: jnp.sum(acc, axis=0, keepdims=True)
+    )
 
 
 def _call(kernel, g, grid, blocks, in_block, in_index, acc_shape, interpret):
     batch = g.shape[-1] if kernel is _lanes_kernel else g.shape[0]
     out = pl.pallas_call(
         functools.partial(kernel, grid=grid),
-        out_shape=jax.ShapeDtypeStruct((grid.splits, SUBLANES, batch), jnp.float32,
-                                       manual_axis_type=jax.typeof(g).manual_axis_type),
+        out_shape=jax.ShapeDtypeStruct(
+            (grid.splits, SUBLANES, batch),
+            jnp.float32,
+            manual_axis_type=jax.typeof(g).manual_axis_type,
+        ),
         grid=grid.shape,
         in_specs=[pl.BlockSpec(in_block, in_index)],
-        out_specs=pl.BlockSpec((None, SUBLANES, blocks.batch),
-                               lambda q, k: (grid.half(q), 0, grid.batch_block(q))),
+        out_specs=pl.BlockSpec(
+            (None, SUBLANES, blocks.batch), lambda q, k: (grid.half(q), 0, grid.batch_block(q))
+        ),
         scratch_shapes=[pltpu.VMEM(acc_shape, jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
-                                             vmem_limit_bytes=blocks.vmem_limit_bytes),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=blocks.vmem_limit_bytes
+        ),
         cost_estimate=pl.CostEstimate(
-            flops=2 * g.size, transcendentals=0,
-            bytes_accessed=g.size * g.dtype.itemsize + grid.splits * SUBLANES * batch * 4),
+            flops=2 * g.size,
+            transcendentals=0,
+            bytes_accessed=g.size * g.dtype.itemsize + grid.splits * SUBLANES * batch * 4,
+        ),
         interpret=interpret,
     )(g)
     return jnp.sum(out[:, 0, :], axis=0)
@@ -138,9 +150,16 @@ def row_sumsq(g, *, blocks=None, interpret=False):
     if blocks is None:
         blocks = row_blocks(batch, features, g.dtype.itemsize, current_generation())
     grid = _Grid(batch, features, blocks)
-    return _call(_rows_kernel, g, grid, blocks, (blocks.batch, blocks.reduce),
-                 lambda q, k: (grid.batch_block(q), grid.reduce_block(q, k)),
-                 (blocks.batch, LANES), interpret)
+    return _call(
+        _rows_kernel,
+        g,
+        grid,
+        blocks,
+        (blocks.batch, blocks.reduce),
+        lambda q, k: (grid.batch_block(q), grid.reduce_block(q, k)),
+        (blocks.batch, LANES),
+        interpret,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("blocks", "interpret"))
@@ -164,6 +183,13 @@ def lane_sumsq(g, *, blocks=None, interpret=False):
     if blocks is None:
         blocks = lane_blocks(rows, sublanes, batch, current_generation())
     grid = _Grid(batch, rows, blocks)
-    return _call(_lanes_kernel, view, grid, blocks, (blocks.reduce, sublanes, blocks.batch),
-                 lambda q, k: (grid.reduce_block(q, k), 0, grid.batch_block(q)),
-                 (sublanes, blocks.batch), interpret)
+    return _call(
+        _lanes_kernel,
+        view,
+        grid,
+        blocks,
+        (blocks.reduce, sublanes, blocks.batch),
+        lambda q, k: (grid.reduce_block(q, k), 0, grid.batch_block(q)),
+        (sublanes, blocks.batch),
+        interpret,
+    )

@@ -126,7 +126,8 @@ def lane_blocks(rows: int, sublanes: int, batch: int, generation: str | None = N
     tile_bytes, vmem_limit = generation_budget(generation)
     block_b = batch if batch <= LANES else LANES
     row_bytes = _round_up(sublanes, SUBLANES) * _round_up(block_b, LANES) * 4
-    block_m = _even_split(rows, max(SUBLANES, tile_bytes // row_bytes // SUBLANES * SUBLANES),
-                          SUBLANES)
+    block_m = _even_split(
+        rows, max(SUBLANES, tile_bytes // row_bytes // SUBLANES * SUBLANES), SUBLANES
+    )
     splits = _splits(-(-batch // block_b), -(-rows // block_m), generation)
     return Blocks(block_b, block_m, splits, vmem_limit)

@@ -38,8 +38,10 @@ def tiny_mlp(sizes):
 
     def init(key):
         keys = jax.random.split(key, len(sizes) - 1)
-        return [{"w": jax.random.normal(k, (i, o)) / np.sqrt(i), "b": jnp.zeros(o)}
-                for k, i, o in zip(keys, sizes[:-1], sizes[1:])]
+        return [
+            {"w": jax.random.normal(k, (i, o)) / np.sqrt(i), "b": jnp.zeros(o)}
+            for k, i, o in zip(keys, sizes[:-1], sizes[1:])
+        ]
 
     def apply(params, x, dtype=jnp.float32):
         h = x.astype(dtype)
@@ -76,12 +78,16 @@ def shard_stats(devices):
     def nan_at_13(key, n):  # one NaN sample: global index 13 lies on core 13 // (24 // devices)
         return gaussian(key, n).at[13].set(jnp.nan)
 
-    poisoned = trainer.Trainer(TrainConfig(batch_size=24, n_critic=1, backend="xla"),
-                               *problem(nan_at_13))
+    poisoned = trainer.Trainer(
+        TrainConfig(batch_size=24, n_critic=1, backend="xla"), *problem(nan_at_13)
+    )
     _, bad = poisoned.run(poisoned.init(), 1)
     names = ("norm_mean", "norm_min", "norm_max", "nonfinite")
-    return {"sharded": tolist({k: metrics[k] for k in names}), "naive_norms": tolist(ref["norms"]),
-            "poisoned_nonfinite": tolist(bad["nonfinite"])}
+    return {
+        "sharded": tolist({k: metrics[k] for k in names}),
+        "naive_norms": tolist(ref["norms"]),
+        "poisoned_nonfinite": tolist(bad["nonfinite"]),
+    }
 
 
 @scenario
@@ -89,8 +95,9 @@ def bf16(devices):
     """bfloat16 training: finite, close to float32, and equal to the naive bf16 path."""
     runs = {}
     for precision in ("f32", "bf16"):
-        config = TrainConfig(batch_size=24, n_critic=2, precision=precision, backend="xla",
-                             lr_d=1e-3, lr_g=1e-3)
+        config = TrainConfig(
+            batch_size=24, n_critic=2, precision=precision, backend="xla", lr_d=1e-3, lr_g=1e-3
+        )
         sharded = trainer.Trainer(config, *problem())
         state, metrics = sharded.run(sharded.init(), 3)
         runs[precision] = (state, metrics)
@@ -99,8 +106,10 @@ def bf16(devices):
     (f32_state, f32), (bf_state, bf) = runs["f32"], runs["bf16"]
     losses = ("critic_loss", "penalty", "wasserstein", "generator_loss")
     return {
-        "finite": bool(all(np.all(np.isfinite(bf[k])) for k in losses)
-                       and all(np.all(np.isfinite(x)) for x in jax.tree.leaves(bf_state))),
+        "finite": bool(
+            all(np.all(np.isfinite(bf[k])) for k in losses)
+            and all(np.all(np.isfinite(x)) for x in jax.tree.leaves(bf_state))
+        ),
         "vs_f32": {k: check.max_rel_diff(bf[k], np.asarray(f32[k])[..., 0]) for k in losses},
         "vs_naive_bf16": {k: check.max_rel_diff(bf[k], ref[k]) for k in losses},
         "params_vs_naive_bf16": check.max_rel_diff(bf_state.d_params, ref_state.d_params),
@@ -122,10 +131,14 @@ def wrong_reduction(devices):
     def per_core_count(local_batch, axis_name=None):
         return honest_count(local_batch, None)
 
-    patches = {"psum_twice_loss": [(trainer, "global_mean", psum_twice)],
-               "per_core_penalty": [(penalty, "global_mean", per_core_mean),
-                                    (second_order, "global_mean", per_core_mean),
-                                    (second_order, "global_count", per_core_count)]}
+    patches = {
+        "psum_twice_loss": [(trainer, "global_mean", psum_twice)],
+        "per_core_penalty": [
+            (penalty, "global_mean", per_core_mean),
+            (second_order, "global_mean", per_core_mean),
+            (second_order, "global_count", per_core_count),
+        ],
+    }
     for name, replacements in patches.items():
         originals = [(module, attr, getattr(module, attr)) for module, attr, _ in replacements]
         for module, attr, broken in replacements:
@@ -164,8 +177,9 @@ def _aot_kernels(mesh, config):
 
     def spec(tree, partition):
         sharding = NamedSharding(mesh, partition)
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                            tree)
+        return jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree
+        )
 
     state = spec(jax.eval_shape(lambda: init_state(config, *problem()[:2])), P())
     real = spec(jax.ShapeDtypeStruct((config.batch_size, 2), jnp.float32), P("data"))
@@ -178,7 +192,7 @@ def _aot_kernels(mesh, config):
 def _kernel_signatures(stablehlo: str):
     """[(operand types, result types)] of every Mosaic kernel call in a StableHLO module."""
     calls = re.findall(r"@tpu_custom_call\(.*\} : \((.*)\) -> (.*)$", stablehlo, re.MULTILINE)
-    dtypes = functools.partial(re.findall, r"x([a-z]\w*)>")     # tensor<8x64xbf16> -> bf16
+    dtypes = functools.partial(re.findall, r"x([a-z]\w*)>")  # tensor<8x64xbf16> -> bf16
     return [(dtypes(operands), dtypes(results)) for operands, results in calls]
 
 
@@ -199,22 +213,26 @@ def aot_precision(devices):
     networks = (conv_generator(8, channels=8), conv_critic(8))
     out = {}
     for backend, precision in itertools.product(("auto", "pallas"), ("f32", "bf16")):
-        config = TrainConfig(batch_size=32, n_critic=2, backend=backend, precision=precision,
-                             latent_dim=8)
+        config = TrainConfig(
+            batch_size=32, n_critic=2, backend=backend, precision=precision, latent_dim=8
+        )
         sharded = trainer.Trainer(config, *networks, index_sampler(images), mesh=mesh)
 
         def spec(tree, partition):
             sharding = NamedSharding(mesh, partition)
             return jax.tree.map(
-                lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree)
+                lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree
+            )
 
         state = spec(jax.eval_shape(lambda: init_state(config, *networks)), P())
         real = spec(jax.ShapeDtypeStruct((config.batch_size, 8, 8, 1), jnp.float32), P("data"))
         step = spec(jax.ShapeDtypeStruct((), jnp.int32), P())
         out[f"{backend} {precision}"] = {
             "critic_step": _kernel_signatures(
-                sharded.critic_step.lower(state, real, step).as_text()),
-            "run": _kernel_signatures(sharded.run.lower(state, 2).as_text())}
+                sharded.critic_step.lower(state, real, step).as_text()
+            ),
+            "run": _kernel_signatures(sharded.run.lower(state, 2).as_text()),
+        }
     return out
 
 

@@ -34,20 +34,27 @@ def compile_text(generation, fn, *shapes):
 @pytest.mark.parametrize("shape", [(300, 5000), (64, 12288), (5, 3), (1, 1)], ids=str)
 def test_row_kernel_compiles_with_generation_tiling(generation, dtype, shape):
     blocks = row_blocks(*shape, jnp.dtype(DTYPES[dtype]).itemsize, generation)
-    text = compile_text(generation, lambda g: row_sumsq(g, blocks=blocks),
-                        jax.ShapeDtypeStruct(shape, DTYPES[dtype]))
+    text = compile_text(
+        generation,
+        lambda g: row_sumsq(g, blocks=blocks),
+        jax.ShapeDtypeStruct(shape, DTYPES[dtype]),
+    )
     assert "tpu_custom_call" in text
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(64, 64, 3, 64), (32, 32, 1, 300), (7, 5, 2), (1, 1, 1)],
-                         ids=str)
+@pytest.mark.parametrize(
+    "shape", [(64, 64, 3, 64), (32, 32, 1, 300), (7, 5, 2), (1, 1, 1)], ids=str
+)
 def test_lane_kernel_compiles_with_generation_tiling(generation, dtype, shape):
     *lead, sublanes, batch = shape
     blocks = lane_blocks(int(jnp.prod(jnp.array(lead))), sublanes, batch, generation)
-    text = compile_text(generation, lambda g: lane_sumsq(g, blocks=blocks),
-                        jax.ShapeDtypeStruct(shape, DTYPES[dtype]))
+    text = compile_text(
+        generation,
+        lambda g: lane_sumsq(g, blocks=blocks),
+        jax.ShapeDtypeStruct(shape, DTYPES[dtype]),
+    )
     assert "tpu_custom_call" in text
 
 
@@ -75,8 +82,10 @@ def test_whole_critic_penalty_value_and_grad_compiles(generation, dtype):
     """Ragged everything: B = 12, a 3x10x10 image leaf and a dense leaf of 5, both kernels."""
     dt = DTYPES[dtype]
     params = conv_params((3, 10, 10), "NCHW", dt)
-    x = {"image": jax.ShapeDtypeStruct((12, 3, 10, 10), dt),
-         "extra": jax.ShapeDtypeStruct((12, 5), dt)}
+    x = {
+        "image": jax.ShapeDtypeStruct((12, 3, 10, 10), dt),
+        "extra": jax.ShapeDtypeStruct((12, 5), dt),
+    }
 
     def critic(p, x):
         return conv_critic("NCHW")(p, x["image"]) + jnp.sum(x["extra"], axis=1)
@@ -85,7 +94,7 @@ def test_whole_critic_penalty_value_and_grad_compiles(generation, dtype):
         return penalty.gradient_penalty(lambda y: critic(p, y), x, backend="pallas")
 
     text = compile_text(generation, jax.value_and_grad(loss), params, x)
-    assert text.count("custom_call_target=\"tpu_custom_call\"") == 2
+    assert text.count('custom_call_target="tpu_custom_call"') == 2
 
 
 def kernel_operand_producers(hlo_text):

@@ -27,20 +27,38 @@ from fastgp.train.state import init_state
 
 ROOT = Path(__file__).resolve().parents[1]
 # 400 generator steps of the 2-D recipe at batch 64: checkpoints every 50, LR decay from 200.
-RUN_FLAGS = ["--steps", "400", "--batch-size", "64", "--checkpoint-every", "50",
-             "--log-every", "50", "--eval-every", "100", "--eval-samples", "500",
-             "--no-progress"]
+RUN_FLAGS = [
+    "--steps",
+    "400",
+    "--batch-size",
+    "64",
+    "--checkpoint-every",
+    "50",
+    "--log-every",
+    "50",
+    "--eval-every",
+    "100",
+    "--eval-samples",
+    "500",
+    "--no-progress",
+]
 
 
 def _env(**extra):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **extra}
-    env.pop("XLA_FLAGS", None)          # conftest's 8 devices must not leak into the runs
+    env.pop("XLA_FLAGS", None)  # conftest's 8 devices must not leak into the runs
     return env
 
 
 def fastgp(*args, timeout=240, check=True):
-    proc = subprocess.run([sys.executable, "-m", "fastgp.train.cli", *args], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fastgp.train.cli", *args],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -80,6 +98,7 @@ def reference(tmp_path_factory):
 
 # --- a short run leaves every output ---------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_train_writes_every_output(reference):
     out, summary = reference
@@ -89,8 +108,18 @@ def test_train_writes_every_output(reference):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(50, 401, 50))
     for r in records:
-        assert {"step", "wall_s", "critic_loss", "penalty", "wasserstein", "generator_loss",
-                "norm_mean", "norm_min", "norm_max", "nonfinite"} <= set(r)
+        assert {
+            "step",
+            "wall_s",
+            "critic_loss",
+            "penalty",
+            "wasserstein",
+            "generator_loss",
+            "norm_mean",
+            "norm_min",
+            "norm_max",
+            "nonfinite",
+        } <= set(r)
         assert len(r["norm_mean"]) == 1 and r["nonfinite"] == [0]
         assert r["norm_min"][0] <= r["norm_mean"][0] <= r["norm_max"][0]
     assert [r["step"] for r in records if "modes" in r] == [100, 200, 300, 400]
@@ -100,6 +129,7 @@ def test_train_writes_every_output(reference):
     png = (out / "figure.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
+
     assert matplotlib.image.imread(out / "figure.png").shape[:2] > (400, 400)
     assert Checkpoints(out / "checkpoints").latest_step() == 400
     assert json.loads((out / "summary.json").read_text()) == summary
@@ -108,12 +138,22 @@ def test_train_writes_every_output(reference):
 
 # --- resume: exactly the uninterrupted run ---------------------------------------------------------
 
+
 def test_four_device_cpu_run_completes(tmp_path):
     """One process, 4 CPU devices, the iterations dispatched one by one: XLA:CPU's in-process
     all-reduce aborted after 40 s when a later iteration was queued behind it (two tries of 300
     steps of the default recipe both died that way)."""
-    fastgp("train", "--steps", "300", "--devices", "4", "--no-progress",
-           "--out", str(tmp_path / "run"), timeout=300)
+    fastgp(
+        "train",
+        "--steps",
+        "300",
+        "--devices",
+        "4",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "run"),
+        timeout=300,
+    )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["devices"] == 4 and summary["steps"] == 300
 
@@ -125,25 +165,37 @@ def test_resume_after_n_steps_equals_uninterrupted_2n(reference, tmp_path):
     proc = fastgp("train", "--resume", "--out", str(tmp_path), "--no-progress")
     assert last_json(proc.stdout)["steps"] == 400
     assert_same_state(final_state(tmp_path), final_state(reference[0]))
-    np.testing.assert_allclose(np.load(tmp_path / "samples.npy"),
-                               np.load(reference[0] / "samples.npy"), rtol=1e-6, atol=1e-6)
-    steps = [json.loads(line)["step"] for line in
-             (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose(
+        np.load(tmp_path / "samples.npy"),
+        np.load(reference[0] / "samples.npy"),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+    steps = [
+        json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
     assert steps == list(range(50, 401, 50))
 
 
 def _committed_steps(directory):
     if not directory.exists():
         return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()
-                  and (p / "commit_success.txt").exists())
+    return sorted(
+        int(p.name)
+        for p in directory.iterdir()
+        if p.name.isdigit() and (p / "commit_success.txt").exists()
+    )
 
 
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "fastgp.train.cli", "train", *RUN_FLAGS,
-                             "--out", str(tmp_path)], cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastgp.train.cli", "train", *RUN_FLAGS, "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 180
     while not _committed_steps(tmp_path / "checkpoints") and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
@@ -154,8 +206,9 @@ def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, t
     assert latest is not None and latest < 400, latest
     resumed = fastgp("train", "--resume", "--out", str(tmp_path), "--no-progress")
     assert last_json(resumed.stdout)["steps"] == 400
-    steps = [json.loads(line)["step"] for line in
-             (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [
+        json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
     assert steps == sorted(set(steps)) and steps[-1] == 400
     assert_same_state(final_state(tmp_path), final_state(reference[0]))
 
@@ -170,10 +223,22 @@ def test_resume_rejects_contradicting_flags(reference, tmp_path):
 
 # --- several processes -----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_check_two_processes_of_two_devices():
-    proc = fastgp("check", "--devices", "2", "--processes", "2", "--steps", "2",
-                  "--batch-size", "16", "--n-critic", "2")
+    proc = fastgp(
+        "check",
+        "--devices",
+        "2",
+        "--processes",
+        "2",
+        "--steps",
+        "2",
+        "--batch-size",
+        "16",
+        "--n-critic",
+        "2",
+    )
     result = last_json(proc.stdout)
     assert result["ok"] is True and result["processes"] == 2
     assert result["mesh"]["shape"] == [4]
@@ -182,19 +247,40 @@ def test_check_two_processes_of_two_devices():
 
 @pytest.mark.slow
 def test_two_process_train_checkpoints_and_resumes(tmp_path):
-    flags = ["--steps", "20", "--batch-size", "32", "--checkpoint-every", "10",
-             "--log-every", "10", "--eval-every", "10", "--no-progress", "--processes", "2",
-             "--devices", "1", "--out", str(tmp_path)]
+    flags = [
+        "--steps",
+        "20",
+        "--batch-size",
+        "32",
+        "--checkpoint-every",
+        "10",
+        "--log-every",
+        "10",
+        "--eval-every",
+        "10",
+        "--no-progress",
+        "--processes",
+        "2",
+        "--devices",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
     fastgp("train", *flags, "--stop-at", "10")
     assert Checkpoints(tmp_path / "checkpoints").latest_step() == 10
     proc = fastgp("train", *flags, "--resume")
     summary = last_json(proc.stdout)
     assert summary["processes"] == 2 and summary["devices"] == 2 and summary["steps"] == 20
-    assert {p.name for p in tmp_path.iterdir()} >= {"metrics.jsonl", "samples.npy", "figure.png",
-                                                    "checkpoints", "summary.json"}
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "metrics.jsonl",
+        "samples.npy",
+        "figure.png",
+        "checkpoints",
+        "summary.json",
+    }
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [10, 20]
-    assert all(len(r["norm_mean"]) == 2 for r in records)     # one entry per core
+    assert all(len(r["norm_mean"]) == 2 for r in records)  # one entry per core
 
 
 class _StderrLines:
@@ -217,18 +303,42 @@ class _StderrLines:
 @pytest.mark.slow
 def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastgp.train.cli", "train", "--processes", "2", "--devices", "2",
-         "--steps", "100000", "--batch-size", "64", "--log-every", "1", "--no-progress",
-         "--out", str(tmp_path)], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "fastgp.train.cli",
+            "train",
+            "--processes",
+            "2",
+            "--devices",
+            "2",
+            "--steps",
+            "100000",
+            "--batch-size",
+            "64",
+            "--log-every",
+            "1",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     err = _StderrLines(proc)
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 180
     while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline:
         assert proc.poll() is None, err.text()[-3000:]
         time.sleep(0.1)
-    pids = {int(line.split("(pid ")[1].rstrip(")\n")): int(line.split()[3])
-            for line in err.lines if line.startswith("fastgp: started process")}
+    pids = {
+        int(line.split("(pid ")[1].rstrip(")\n")): int(line.split()[3])
+        for line in err.lines
+        if line.startswith("fastgp: started process")
+    }
     victim = next(pid for pid, index in pids.items() if index == 1)
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -253,33 +363,61 @@ def _gone(pid):
 
 # --- bad flags: clear errors naming the flag -------------------------------------------------------
 
-@pytest.mark.parametrize("argv,flag,words", [
-    (["train", "--batch-size", "10", "--devices", "4"], "--batch-size", "not divisible by the 4"),
-    (["check", "--batch-size", "10", "--devices", "2", "--processes", "2"], "--batch-size",
-     "not divisible by the 4 devices"),
-    (["train", "--dataset", "mnist"], "--dataset", "invalid choice: 'mnist'"),
-    (["train", "--precision", "fp8"], "--precision", "invalid choice: 'fp8'"),
-    (["train", "--gp-every", "0"], "--gp-every", "must be a positive integer, got 0"),
-    (["train", "--gp-weight", "-1"], "--gp-weight", "must be a finite number >= 0"),
-    (["train", "--steps", "many"], "--steps", "must be a positive integer"),
-    (["train", "--backend", "cuda"], "--backend", "invalid choice: 'cuda'"),
-    (["check", "--dataset", "swissroll"], "--dataset", "invalid choice: 'swissroll'"),
-    (["check", "--devices", "0"], "--devices", "must be a positive integer, got 0"),
-    (["check", "--processes", "2", "--backend", "tpu-interpret"], "--backend",
-     "runs within one process only"),
-    (["train", "--backend", "pallas"], "--backend", "pallas runs the kernels on TPU or GPU only"),
-    (["check", "--backend", "pallas"], "--backend", "pallas runs the kernels on TPU or GPU only"),
-    (["train", "--backend", "gpu-interpret"], "--backend", "cannot run under shard_map"),
-    (["check", "--backend", "interpret"], "--backend", "cannot run under shard_map"),
-    (["train", "--steps", "9000000000"], "--steps", "must be at most 2147483647"),
-    (["train", "--seed", str(10**23)], "--seed", "must be an integer in 0..4294967295"),
-    (["check", "--seed", "-1"], "--seed", "must be an integer in 0..4294967295"),
-    (["train", "--out", __file__], "--out", "is a file, not a directory"),
-    (["train", "--out", os.path.join(__file__, "run")], "--out",
-     f"cannot be created: {__file__} is a file"),
-    (["train", "--resume", "--out", "/nonexistent/typo"], "--out",
-     "/nonexistent/typo does not exist, so there is no run to --resume"),
-])
+
+@pytest.mark.parametrize(
+    "argv,flag,words",
+    [
+        (
+            ["train", "--batch-size", "10", "--devices", "4"],
+            "--batch-size",
+            "not divisible by the 4",
+        ),
+        (
+            ["check", "--batch-size", "10", "--devices", "2", "--processes", "2"],
+            "--batch-size",
+            "not divisible by the 4 devices",
+        ),
+        (["train", "--dataset", "mnist"], "--dataset", "invalid choice: 'mnist'"),
+        (["train", "--precision", "fp8"], "--precision", "invalid choice: 'fp8'"),
+        (["train", "--gp-every", "0"], "--gp-every", "must be a positive integer, got 0"),
+        (["train", "--gp-weight", "-1"], "--gp-weight", "must be a finite number >= 0"),
+        (["train", "--steps", "many"], "--steps", "must be a positive integer"),
+        (["train", "--backend", "cuda"], "--backend", "invalid choice: 'cuda'"),
+        (["check", "--dataset", "swissroll"], "--dataset", "invalid choice: 'swissroll'"),
+        (["check", "--devices", "0"], "--devices", "must be a positive integer, got 0"),
+        (
+            ["check", "--processes", "2", "--backend", "tpu-interpret"],
+            "--backend",
+            "runs within one process only",
+        ),
+        (
+            ["train", "--backend", "pallas"],
+            "--backend",
+            "pallas runs the kernels on TPU or GPU only",
+        ),
+        (
+            ["check", "--backend", "pallas"],
+            "--backend",
+            "pallas runs the kernels on TPU or GPU only",
+        ),
+        (["train", "--backend", "gpu-interpret"], "--backend", "cannot run under shard_map"),
+        (["check", "--backend", "interpret"], "--backend", "cannot run under shard_map"),
+        (["train", "--steps", "9000000000"], "--steps", "must be at most 2147483647"),
+        (["train", "--seed", str(10**23)], "--seed", "must be an integer in 0..4294967295"),
+        (["check", "--seed", "-1"], "--seed", "must be an integer in 0..4294967295"),
+        (["train", "--out", __file__], "--out", "is a file, not a directory"),
+        (
+            ["train", "--out", os.path.join(__file__, "run")],
+            "--out",
+            f"cannot be created: {__file__} is a file",
+        ),
+        (
+            ["train", "--resume", "--out", "/nonexistent/typo"],
+            "--out",
+            "/nonexistent/typo does not exist, so there is no run to --resume",
+        ),
+    ],
+)
 def test_bad_flags_name_the_flag(argv, flag, words, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -296,8 +434,9 @@ def test_out_under_a_read_only_directory_names_out(tmp_path, capsys):
             main(["train", "--out", str(tmp_path / "run")])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert f"argument --out: {tmp_path / 'run'} cannot be created: {tmp_path} is not " \
-           f"writable" in err, err
+    assert (
+        f"argument --out: {tmp_path / 'run'} cannot be created: {tmp_path} is not writable" in err
+    ), err
 
 
 def test_out_that_cannot_be_created_names_out(tmp_path, monkeypatch, capsys):
@@ -308,15 +447,18 @@ def test_out_that_cannot_be_created_names_out(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(Path, "mkdir", refuse)
     assert main(["train", "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"fastgp train: error: --out {tmp_path / 'run'} cannot be written "
-                          f"(Permission denied"), err
+    assert err.startswith(
+        f"fastgp train: error: --out {tmp_path / 'run'} cannot be written (Permission denied"
+    ), err
 
 
 def test_too_many_critic_steps_name_the_steps_flag(tmp_path, capsys):
     assert main(["train", "--steps", "900000000", "--out", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fastgp train: error: --steps 900000000: total_steps x n_critic = "
-                          "900000000 x 5 = 4500000000 critic steps"), err
+    assert err.startswith(
+        "fastgp train: error: --steps 900000000: total_steps x n_critic = "
+        "900000000 x 5 = 4500000000 critic steps"
+    ), err
 
 
 def test_check_forwards_dataset_digits(monkeypatch):
@@ -350,13 +492,28 @@ def _strict_json(text):
 def test_digits_run_logs_the_digits_metric(tmp_path):
     """A short digits run evaluates the two-sample test and class coverage at --eval-every and at
     the end, on at least the metric's 898 samples, into metrics.jsonl and summary.json."""
-    proc = fastgp("train", "--dataset", "digits", "--steps", "4", "--log-every", "2",
-                  "--eval-every", "2", "--eval-samples", "100", "--checkpoint-every", "4",
-                  "--no-progress", "--out", str(tmp_path), timeout=600)
+    proc = fastgp(
+        "train",
+        "--dataset",
+        "digits",
+        "--steps",
+        "4",
+        "--log-every",
+        "2",
+        "--eval-every",
+        "2",
+        "--eval-samples",
+        "100",
+        "--checkpoint-every",
+        "4",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+        timeout=600,
+    )
     summary = last_json(proc.stdout)
     keys = ("c2st_accuracy", "c2st_floor", "classes_covered", "class_entropy")
-    records = [_strict_json(line) for line in
-               (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    records = [_strict_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [2, 4]
     for r in records:
         assert set(keys) <= set(r), r
@@ -366,7 +523,7 @@ def test_digits_run_logs_the_digits_metric(tmp_path):
     assert stored == summary and stored["steps"] == 4 and stored["dataset"] == "digits"
     assert {k: stored[k] for k in keys} == {k: records[-1][k] for k in keys}
     assert stored["c2st_samples"] == 898 and len(stored["class_histogram"]) == 10
-    assert sum(stored["class_histogram"]) == 898          # --eval-samples 100 is raised to 898
+    assert sum(stored["class_histogram"]) == 898  # --eval-samples 100 is raised to 898
     assert list(stored).index("c2st_floor") == list(stored).index("c2st_accuracy") + 1
     assert np.load(tmp_path / "samples.npy").shape == (2500, 8, 8, 1)
     assert (tmp_path / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -19,11 +19,17 @@ from collectives import count_collectives, operand_shapes  # noqa: E402
 def compiled_steps(devices, batch_size=32):
     config = default_config("8gaussians", batch_size=batch_size, backend="xla", n_critic=3)
     problem = build_problem("8gaussians", config)
-    trainer = Trainer(config, problem.generator, problem.critic, problem.sample_real,
-                      mesh=make_mesh(jax.devices()[:devices]))
+    trainer = Trainer(
+        config,
+        problem.generator,
+        problem.critic,
+        problem.sample_real,
+        mesh=make_mesh(jax.devices()[:devices]),
+    )
     state = trainer.init()
-    real = jax.device_put(jnp.zeros((batch_size, 2)),
-                          jax.NamedSharding(trainer.mesh, jax.P("data")))
+    real = jax.device_put(
+        jnp.zeros((batch_size, 2)), jax.NamedSharding(trainer.mesh, jax.P("data"))
+    )
     critic = trainer.critic_step.lower(state, real, jnp.int32(0)).compile().as_text()
     iteration = trainer.run.lower(state, 1).compile().as_text()
     return count_collectives(critic), count_collectives(iteration)
@@ -51,8 +57,10 @@ def test_the_counter_reads_tuple_and_async_collectives():
   %ag.done = bf16[8,16]{1,0} all-gather-done(%ag)
   %add = f32[] add(%x, %y)
 """
-    assert count_collectives(text) == {"all-reduce": {"count": 1, "bytes": 40},
-                                       "all-gather": {"count": 1, "bytes": 256}}
+    assert count_collectives(text) == {
+        "all-reduce": {"count": 1, "bytes": 40},
+        "all-gather": {"count": 1, "bytes": 256},
+    }
 
 
 def test_each_gradient_all_reduce_is_one_raveled_operand():
@@ -62,14 +70,20 @@ def test_each_gradient_all_reduce_is_one_raveled_operand():
     n_critic = 3
     config = default_config("8gaussians", batch_size=32, backend="xla", n_critic=n_critic)
     problem = build_problem("8gaussians", config)
-    trainer = Trainer(config, problem.generator, problem.critic, problem.sample_real,
-                      mesh=make_mesh(jax.devices()[:4]))
+    trainer = Trainer(
+        config,
+        problem.generator,
+        problem.critic,
+        problem.sample_real,
+        mesh=make_mesh(jax.devices()[:4]),
+    )
     state = trainer.init()
     text = trainer.iteration.lower(state).compile().as_text()
     assert count_collectives(text)["all-reduce"]["count"] == n_critic + 2, text
     critic_size = sum(leaf.size for leaf in jax.tree.leaves(state.d_params))
-    single = [line for line in text.splitlines()
-              if f"= f32[{critic_size}]{{0}} all-reduce(" in line]
+    single = [
+        line for line in text.splitlines() if f"= f32[{critic_size}]{{0}} all-reduce(" in line
+    ]
     assert len(single) == n_critic, single
     # The global scalars that ride with the generator's gradient: each critic step's W (one
     # mean of D(real) - D(fake)) and penalty, and the generator loss.

@@ -110,8 +110,11 @@ def test_mode_quality_of_real_data_and_collapsed_and_noise():
     assert abs(q["high_quality"] - 100 * P_3SIGMA_2D) < 1.0
 
     collapsed = np.repeat(centers[7:8], 2500, axis=0)
-    assert mode_quality(collapsed, centers, sigma) == {"modes": 1, "high_quality": 100.0,
-                                                       "total_modes": 25}
+    assert mode_quality(collapsed, centers, sigma) == {
+        "modes": 1,
+        "high_quality": 100.0,
+        "total_modes": 25,
+    }
 
     uniform = np.random.default_rng(0).uniform(-2, 2, (2500, 2))
     # 25 disks of radius 3 sigma cover about 1.4 % of the square.
@@ -135,8 +138,10 @@ def test_mlp_shapes_and_bf16_close_to_f32():
     @jax.jit
     def outputs(key):
         x = jax.random.normal(key, (256, 2))
-        return [(m.apply(m.init(key), x), m.apply(m.init(key), x, dtype=jnp.bfloat16))
-                for m in (critic, gen)]
+        return [
+            (m.apply(m.init(key), x), m.apply(m.init(key), x, dtype=jnp.bfloat16))
+            for m in (critic, gen)
+        ]
 
     for (f32, bf16), shape in zip(outputs(jax.random.key(0)), ((256,), (256, 2))):
         assert f32.shape == bf16.shape == shape and bf16.dtype == jnp.float32
@@ -177,9 +182,12 @@ def test_conv_models_are_per_sample():
         pc, pg = critic.init(k1), gen.init(k2)
         z = jax.random.normal(k3, (x.shape[0], 16))
         img = gen.apply(pg, z)
-        return (critic.apply(pc, x), img,
-                _block_maxima(lambda v: critic.apply(pc, v), x, jax.jacrev),
-                _block_maxima(lambda v: gen.apply(pg, v), z, jax.jacfwd))
+        return (
+            critic.apply(pc, x),
+            img,
+            _block_maxima(lambda v: critic.apply(pc, v), x, jax.jacrev),
+            _block_maxima(lambda v: gen.apply(pg, v), z, jax.jacfwd),
+        )
 
     scores, img, (c_diag, c_off), (g_diag, g_off) = check(jax.random.key(0), load_digits()[:4])
     assert scores.shape == (4,) and img.shape == (4, 8, 8, 1)

@@ -29,8 +29,7 @@ def test_real_digits_score_at_the_floor(metric):
 
 
 def test_one_class_is_far_from_the_floor(metric):
-    threes = load_digits()[metric.train_index][metric.classifier.predict(
-        metric.train_images) == 3]
+    threes = load_digits()[metric.train_index][metric.classifier.predict(metric.train_images) == 3]
     q = metric(_draw(threes, 1000, 1))
     assert q["c2st_accuracy"] > 0.9
     assert q["classes_covered"] == 1 and q["class_entropy"] < 0.1
@@ -42,7 +41,7 @@ def test_noise_and_blur_are_far_from_the_floor(metric):
     noise = metric(rng.uniform(-1, 1, (1000, 8, 8, 1)))
     assert noise["c2st_accuracy"] > 0.98
     real = metric.train_images
-    blurred = metric(0.7 * _draw(real, 1000, 3) + 0.3 * real.mean(0))   # every class, washed out
+    blurred = metric(0.7 * _draw(real, 1000, 3) + 0.3 * real.mean(0))  # every class, washed out
     assert blurred["classes_covered"] == 10 and blurred["c2st_accuracy"] > 0.95
 
 

@@ -10,74 +10,93 @@ KEY = jax.random.PRNGKey(0)
 critic = lambda x: jnp.sum(x, axis=1)
 
 
-@pytest.mark.parametrize("real,fake,error,match", [
-    (jnp.zeros((4, 3)), jnp.zeros((4, 2)), ValueError, r"real has shape \(4, 3\) but fake"),
-    (jnp.zeros((4, 3)), jnp.zeros((5, 3)), ValueError, "shape"),
-    ({"a": jnp.zeros((4, 3))}, {"b": jnp.zeros((4, 3))}, ValueError, "different structures"),
-    (jnp.zeros((4, 3)), jnp.zeros((4, 3), jnp.bfloat16), TypeError, "dtype"),
-    (jnp.zeros((4, 3), jnp.int32), jnp.zeros((4, 3), jnp.int32), TypeError, "floating dtype"),
-    (jnp.zeros((0, 3)), jnp.zeros((0, 3)), ValueError, "batch size 0"),
-    ({"a": jnp.zeros((4, 3)), "b": jnp.zeros((5, 3))},
-     {"a": jnp.zeros((4, 3)), "b": jnp.zeros((5, 3))}, ValueError, "share the leading batch"),
-])
+@pytest.mark.parametrize(
+    "real,fake,error,match",
+    [
+        (jnp.zeros((4, 3)), jnp.zeros((4, 2)), ValueError, r"real has shape \(4, 3\) but fake"),
+        (jnp.zeros((4, 3)), jnp.zeros((5, 3)), ValueError, "shape"),
+        ({"a": jnp.zeros((4, 3))}, {"b": jnp.zeros((4, 3))}, ValueError, "different structures"),
+        (jnp.zeros((4, 3)), jnp.zeros((4, 3), jnp.bfloat16), TypeError, "dtype"),
+        (jnp.zeros((4, 3), jnp.int32), jnp.zeros((4, 3), jnp.int32), TypeError, "floating dtype"),
+        (jnp.zeros((0, 3)), jnp.zeros((0, 3)), ValueError, "batch size 0"),
+        (
+            {"a": jnp.zeros((4, 3)), "b": jnp.zeros((5, 3))},
+            {"a": jnp.zeros((4, 3)), "b": jnp.zeros((5, 3))},
+            ValueError,
+            "share the leading batch",
+        ),
+    ],
+)
 def test_interpolate_rejects_mismatched_inputs(real, fake, error, match):
     with pytest.raises(error, match=match):
         penalty.interpolate(KEY, real, fake)
 
 
-@pytest.mark.parametrize("grads,error,match", [
-    (jnp.zeros((0, 3)), ValueError, "batch size 0"),
-    (jnp.zeros((3,), jnp.int32), TypeError, "floating dtype"),
-    (jnp.float32(1.0), ValueError, "scalar"),
-    ([jnp.zeros((4, 3)), jnp.zeros((2, 3))], ValueError, r"grads\[1\] has batch size 2"),
-    ([], ValueError, "empty pytree"),
-    (jnp.zeros((4, 0)), ValueError, "no features"),
-])
+@pytest.mark.parametrize(
+    "grads,error,match",
+    [
+        (jnp.zeros((0, 3)), ValueError, "batch size 0"),
+        (jnp.zeros((3,), jnp.int32), TypeError, "floating dtype"),
+        (jnp.float32(1.0), ValueError, "scalar"),
+        ([jnp.zeros((4, 3)), jnp.zeros((2, 3))], ValueError, r"grads\[1\] has batch size 2"),
+        ([], ValueError, "empty pytree"),
+        (jnp.zeros((4, 0)), ValueError, "no features"),
+    ],
+)
 def test_grad_norms_rejects_bad_gradients(grads, error, match):
     with pytest.raises(error, match=match):
         penalty.grad_norms(grads)
 
 
-@pytest.mark.parametrize("bad_critic,match", [
-    (lambda x: x, r"shape \(4,\) or \(4, 1\).*got \(4, 3\)"),
-    (lambda x: jnp.sum(x), r"got \(\)"),
-    (lambda x: jnp.sum(x, axis=1)[:2], r"got \(2,\)"),
-])
+@pytest.mark.parametrize(
+    "bad_critic,match",
+    [
+        (lambda x: x, r"shape \(4,\) or \(4, 1\).*got \(4, 3\)"),
+        (lambda x: jnp.sum(x), r"got \(\)"),
+        (lambda x: jnp.sum(x, axis=1)[:2], r"got \(2,\)"),
+    ],
+)
 def test_critic_output_must_be_per_sample(bad_critic, match):
     with pytest.raises(ValueError, match=match):
         penalty.gradient_penalty(bad_critic, jnp.ones((4, 3)))
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"target": 0.0}, ValueError, "target must be finite and > 0"),
-    ({"target": -1.0}, ValueError, "target"),
-    ({"target": float("inf")}, ValueError, "target"),
-    ({"target": jnp.float32(1.0)}, TypeError, "static Python number"),
-    ({"weight": float("nan")}, ValueError, "weight must be finite"),
-    ({"weight": float("inf")}, ValueError, "weight"),
-    ({"kind": "wgan"}, ValueError, "unknown penalty kind 'wgan'"),
-    ({"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"target": 0.0}, ValueError, "target must be finite and > 0"),
+        ({"target": -1.0}, ValueError, "target"),
+        ({"target": float("inf")}, ValueError, "target"),
+        ({"target": jnp.float32(1.0)}, TypeError, "static Python number"),
+        ({"weight": float("nan")}, ValueError, "weight must be finite"),
+        ({"weight": float("inf")}, ValueError, "weight"),
+        ({"kind": "wgan"}, ValueError, "unknown penalty kind 'wgan'"),
+        ({"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
+    ],
+)
 def test_bad_options_are_named(kwargs, error, match):
     with pytest.raises(error, match=match):
         penalty.gradient_penalty(critic, jnp.ones((4, 3)), **kwargs)
 
 
 def test_traced_weight_is_allowed():
-    value = jax.jit(lambda w: penalty.gradient_penalty(critic, jnp.ones((1, 4)), weight=w,
-                                                       backend="xla"))(2.0)
+    value = jax.jit(
+        lambda w: penalty.gradient_penalty(critic, jnp.ones((1, 4)), weight=w, backend="xla")
+    )(2.0)
     assert float(value) == pytest.approx(2.0)  # (2 - 1)^2 * 2
 
 
 def test_pallas_backend_on_a_cpu_lowering_says_what_to_use_instead():
-    with pytest.raises(ValueError, match="backend=.pallas.*lowered for another platform.*.interpret."):
+    with pytest.raises(
+        ValueError, match="backend=.pallas.*lowered for another platform.*.interpret."
+    ):
         jax.jit(lambda x: penalty.gradient_penalty(critic, x, backend="pallas"))(jnp.ones((2, 3)))
 
 
 def test_a_per_sample_critic_gets_a_note_naming_vmap():
     """An Equinox-style critic written for one sample fails inside itself; fastgp says why."""
     w = jnp.ones((5, 3))
-    per_sample = lambda s: jnp.sum(jnp.tanh(w @ s))       # (3,) -> ()
+    per_sample = lambda s: jnp.sum(jnp.tanh(w @ s))  # (3,) -> ()
     for second_order in ("reverse-over-forward", "reverse"):
         with pytest.raises(TypeError) as err:
             penalty.gradient_penalty(per_sample, jnp.ones((4, 3)), second_order=second_order)

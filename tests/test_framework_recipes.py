@@ -58,6 +58,7 @@ def expected_sgd_step(grads):
 
 # --- Flax NNX -----------------------------------------------------------------------------------
 
+
 class NNXCritic(nnx.Module):
     """(B, 8, 8, 3) NHWC images -> (B, 1) scores; layer norm, never batch norm."""
 
@@ -72,7 +73,7 @@ class NNXCritic(nnx.Module):
 
 
 def nnx_critic_loss(model, real, fake, key, penalty_fn=gradient_penalty):
-    critic = lambda x: model(x)                              # close over the module
+    critic = lambda x: model(x)  # close over the module
     x_hat = interpolate(key, real, fake)
     wasserstein = critic(real).mean() - critic(fake).mean()
     gp = penalty_fn(critic, x_hat)
@@ -95,19 +96,24 @@ def test_nnx_module_penalty_gradients_and_optimizer_step_equal_naive():
     loss, gp = nnx_critic_step(model, optimizer, real, fake, key)
     naive_loss = functools.partial(nnx_critic_loss, penalty_fn=naive_gradient_penalty)
     (loss_ref, gp_ref), grads_ref = nnx.jit(nnx.value_and_grad(naive_loss, has_aux=True))(
-        before, real, fake, key)
+        before, real, fake, key
+    )
 
     np.testing.assert_allclose(gp, gp_ref, rtol=RTOL)
     np.testing.assert_allclose(loss, loss_ref, rtol=RTOL)
     assert int(optimizer.step[...]) == 1
-    assert_close(sgd_step(nnx.state(model, nnx.Param), nnx.state(before, nnx.Param)),
-                 expected_sgd_step(grads_ref))
+    assert_close(
+        sgd_step(nnx.state(model, nnx.Param), nnx.state(before, nnx.Param)),
+        expected_sgd_step(grads_ref),
+    )
 
 
 # --- Flax Linen with TrainState -----------------------------------------------------------------
 
+
 class LinenCritic(linen.Module):
     """(B, 12) -> (B,) scores; layer norm, never batch norm."""
+
     width: int = 16
 
     @linen.compact
@@ -132,8 +138,9 @@ def test_linen_train_state_step_equals_naive():
     model = LinenCritic()
     real, fake, key = batch((FEATURES,), 2), batch((FEATURES,), 3), jax.random.PRNGKey(4)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), real)["params"]
-    state = train_state.TrainState.create(apply_fn=model.apply, params=params,
-                                          tx=optax.sgd(LEARNING_RATE))
+    state = train_state.TrainState.create(
+        apply_fn=model.apply, params=params, tx=optax.sgd(LEARNING_RATE)
+    )
 
     new_state, loss, gp, grads = jax.jit(linen_critic_step)(state, real, fake, key)
     naive_step = jax.jit(functools.partial(linen_critic_step, penalty_fn=naive_gradient_penalty))
@@ -148,8 +155,10 @@ def test_linen_train_state_step_equals_naive():
 
 # --- Equinox ------------------------------------------------------------------------------------
 
+
 class EqxCritic(eqx.Module):
     """One sample (12,) -> a scalar score, as Equinox layers are written; vmap it for a batch."""
+
     hidden: eqx.nn.Linear
     norm: eqx.nn.LayerNorm
     head: eqx.nn.Linear
@@ -165,7 +174,7 @@ class EqxCritic(eqx.Module):
 
 
 def eqx_critic_loss(model, real, fake, key, penalty_fn=gradient_penalty):
-    critic = jax.vmap(model)                                 # per-sample module -> (B,) scores
+    critic = jax.vmap(model)  # per-sample module -> (B,) scores
     x_hat = interpolate(key, real, fake)
     wasserstein = critic(real).mean() - critic(fake).mean()
     gp = penalty_fn(critic, x_hat)
@@ -178,7 +187,8 @@ EQX_OPTIMIZER = optax.sgd(LEARNING_RATE)
 @eqx.filter_jit
 def eqx_critic_step(model, opt_state, real, fake, key):
     (loss, gp), grads = eqx.filter_value_and_grad(eqx_critic_loss, has_aux=True)(
-        model, real, fake, key)
+        model, real, fake, key
+    )
     updates, opt_state = EQX_OPTIMIZER.update(grads, opt_state, eqx.filter(model, eqx.is_array))
     return eqx.apply_updates(model, updates), opt_state, loss, gp
 
@@ -196,12 +206,15 @@ def test_equinox_vmapped_module_penalty_gradients_and_step_equal_naive(eqx_criti
     new_model, _, loss, gp = eqx_critic_step(model, opt_state, real, fake, key)
     naive_loss = functools.partial(eqx_critic_loss, penalty_fn=naive_gradient_penalty)
     (loss_ref, gp_ref), grads_ref = eqx.filter_jit(
-        eqx.filter_value_and_grad(naive_loss, has_aux=True))(model, real, fake, key)
+        eqx.filter_value_and_grad(naive_loss, has_aux=True)
+    )(model, real, fake, key)
 
     np.testing.assert_allclose(gp, gp_ref, rtol=RTOL)
     np.testing.assert_allclose(loss, loss_ref, rtol=RTOL)
-    assert_close(sgd_step(eqx.filter(new_model, eqx.is_array), eqx.filter(model, eqx.is_array)),
-                 expected_sgd_step(grads_ref))
+    assert_close(
+        sgd_step(eqx.filter(new_model, eqx.is_array), eqx.filter(model, eqx.is_array)),
+        expected_sgd_step(grads_ref),
+    )
 
 
 def test_equinox_module_without_vmap_is_an_error_not_a_wrong_penalty(eqx_critic):
@@ -219,6 +232,7 @@ def test_equinox_module_without_vmap_is_an_error_not_a_wrong_penalty(eqx_critic)
 
 # --- shard_map data parallelism -----------------------------------------------------------------
 
+
 def mlp_critic(params, x):
     """(B, 12) -> (B,) scores from a plain parameter dict."""
     return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"]
@@ -226,10 +240,14 @@ def mlp_critic(params, x):
 
 def mlp_params(seed=0):
     rng = np.random.default_rng(seed)
-    return jax.tree.map(jnp.asarray, {
-        "w1": rng.standard_normal((FEATURES, 16), np.float32) * np.float32(0.6),
-        "b1": np.zeros(16, np.float32),
-        "w2": rng.standard_normal(16, np.float32) * np.float32(0.5)})
+    return jax.tree.map(
+        jnp.asarray,
+        {
+            "w1": rng.standard_normal((FEATURES, 16), np.float32) * np.float32(0.6),
+            "b1": np.zeros(16, np.float32),
+            "w2": rng.standard_normal(16, np.float32) * np.float32(0.5),
+        },
+    )
 
 
 SHARDED_OPTIMIZER = optax.sgd(LEARNING_RATE)
@@ -237,6 +255,7 @@ SHARDED_OPTIMIZER = optax.sgd(LEARNING_RATE)
 
 def sharded_critic_step(params, opt_state, real, fake, key):
     """Inside shard_map: real/fake are this shard's rows; params, opt_state, key are replicated."""
+
     def loss_fn(p):
         critic = lambda x: mlp_critic(p, x)
         x_hat = interpolate(key, real, fake, axis_name="data")
@@ -267,12 +286,19 @@ def test_shard_map_data_parallel_step_equals_one_device_naive():
     real, fake, key = batch((FEATURES,), 2, 16), batch((FEATURES,), 3, 16), jax.random.PRNGKey(4)
     params = jax.device_put(mlp_params(), replicated)
     opt_state = jax.device_put(SHARDED_OPTIMIZER.init(params), replicated)
-    step = jax.jit(jax.shard_map(sharded_critic_step, mesh=mesh,
-                                 in_specs=(P(), P(), P("data"), P("data"), P()),
-                                 out_specs=P(), check_vma=True))
+    step = jax.jit(
+        jax.shard_map(
+            sharded_critic_step,
+            mesh=mesh,
+            in_specs=(P(), P(), P("data"), P("data"), P()),
+            out_specs=P(),
+            check_vma=True,
+        )
+    )
 
-    new_params, _, loss, gp, grads = step(params, opt_state, jax.device_put(real, data),
-                                          jax.device_put(fake, data), key)
+    new_params, _, loss, gp, grads = step(
+        params, opt_state, jax.device_put(real, data), jax.device_put(fake, data), key
+    )
     loss_ref, gp_ref, grads_ref = jax.jit(single_device_naive_step)(mlp_params(), real, fake, key)
 
     np.testing.assert_allclose(gp, gp_ref, rtol=RTOL)
@@ -289,16 +315,19 @@ def test_shard_map_without_axis_name_is_a_value_error():
     def forgot_axis_name(params, x):
         return gradient_penalty(lambda y: mlp_critic(params, y), x)
 
-    step = jax.shard_map(forgot_axis_name, mesh=mesh, in_specs=(P(), P("data")), out_specs=P(),
-                         check_vma=True)
+    step = jax.shard_map(
+        forgot_axis_name, mesh=mesh, in_specs=(P(), P("data")), out_specs=P(), check_vma=True
+    )
     with pytest.raises(ValueError, match="axis_name='data'"):
         step(params, jax.device_put(x, NamedSharding(mesh, P("data"))))
 
 
 # --- jax.jit with NamedSharding, Auto and Explicit axes (no shard_map) --------------------------
 
+
 def global_critic_step(params, opt_state, real, fake, key, backend="auto"):
     """Under jax.jit: real/fake are the global batch, sharded by their NamedSharding."""
+
     def loss_fn(p):
         critic = lambda x: mlp_critic(p, x)
         x_hat = interpolate(key, real, fake)
@@ -326,9 +355,11 @@ def test_jit_named_sharding_step_equals_one_device_naive(backend):
     data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     real, fake, key = batch((FEATURES,), 2, 16), batch((FEATURES,), 3, 16), jax.random.PRNGKey(4)
     params = mlp_params()
-    step = jax.jit(functools.partial(global_critic_step, backend=backend),
-                   in_shardings=(replicated, replicated, data, data, replicated),
-                   out_shardings=replicated)
+    step = jax.jit(
+        functools.partial(global_critic_step, backend=backend),
+        in_shardings=(replicated, replicated, data, data, replicated),
+        out_shardings=replicated,
+    )
     outputs = step(params, SHARDED_OPTIMIZER.init(params), real, fake, key)
     assert_step_equals_one_device_naive(outputs, params, real, fake, key)
 
@@ -341,6 +372,11 @@ def test_explicit_sharding_step_equals_one_device_naive(backend):
     params = jax.device_put(mlp_params(), replicated)
     with jax.set_mesh(mesh):
         step = jax.jit(functools.partial(global_critic_step, backend=backend))
-        outputs = step(params, jax.device_put(SHARDED_OPTIMIZER.init(params), replicated),
-                       jax.device_put(real, data), jax.device_put(fake, data), key)
+        outputs = step(
+            params,
+            jax.device_put(SHARDED_OPTIMIZER.init(params), replicated),
+            jax.device_put(real, data),
+            jax.device_put(fake, data),
+            key,
+        )
     assert_step_equals_one_device_naive(outputs, params, real, fake, key)

@@ -17,7 +17,7 @@ def test_native_gpu_sums_match_float64(batch, features, dtype):
     g = jnp.asarray(np.random.default_rng(0).standard_normal((batch, features)), dtype)
     g64 = np.asarray(g.astype(jnp.float32), np.float64)
     sums = penalty_gpu.row_sumsq(g)
-    np.testing.assert_allclose(np.asarray(sums), np.sum(g64 ** 2, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(sums), np.sum(g64**2, axis=1), rtol=1e-5)
 
 
 @pytest.mark.parametrize("backend", ["pallas", "auto"])
@@ -26,11 +26,19 @@ def test_native_gpu_second_order_matches_naive(backend):
     params = {"w": jax.random.normal(k1, (300, 16)) * 0.1, "v": jax.random.normal(k2, (16,))}
     x = jax.random.normal(k3, (33, 3, 100))
     critic = lambda p, y: jnp.tanh(y.reshape(y.shape[0], -1) @ p["w"]) @ p["v"]
-    ours = jax.jit(jax.value_and_grad(
-        lambda p: penalty.gradient_penalty(lambda y: critic(p, y), x, backend=backend)))(params)
+    ours = jax.jit(
+        jax.value_and_grad(
+            lambda p: penalty.gradient_penalty(lambda y: critic(p, y), x, backend=backend)
+        )
+    )(params)
     naive = jax.value_and_grad(
-        lambda p: reference.naive_gradient_penalty(lambda y: critic(p, y), x))(params)
+        lambda p: reference.naive_gradient_penalty(lambda y: critic(p, y), x)
+    )(params)
     np.testing.assert_allclose(ours[0], naive[0], rtol=1e-4)
     for name in params:
-        np.testing.assert_allclose(ours[1][name], naive[1][name], rtol=1e-3,
-                                   atol=1e-5 * float(jnp.max(jnp.abs(naive[1][name]))))
+        np.testing.assert_allclose(
+            ours[1][name],
+            naive[1][name],
+            rtol=1e-3,
+            atol=1e-5 * float(jnp.max(jnp.abs(naive[1][name]))),
+        )

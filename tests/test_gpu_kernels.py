@@ -23,7 +23,7 @@ def test_gpu_kernel_matches_float64(batch, features, dtype):
     g64 = np.asarray(g.astype(jnp.float32), np.float64)
     sums = np.asarray(penalty_gpu.row_sumsq(g, interpret=True))
     assert sums.dtype == np.float32
-    np.testing.assert_allclose(sums, np.sum(g64 ** 2, axis=1), rtol=1e-6)
+    np.testing.assert_allclose(sums, np.sum(g64**2, axis=1), rtol=1e-6)
 
 
 def critic(params, x):
@@ -34,12 +34,14 @@ def test_second_order_through_the_gpu_kernel_matches_naive():
     k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
     params = {"w": jax.random.normal(k1, (150, 8)) * 0.2, "v": jax.random.normal(k2, (8,))}
     x = jax.random.normal(k3, (5, 3, 50))
-    ours = jax.grad(lambda p: penalty.gradient_penalty(lambda y: critic(p, y), x,
-                                                       backend="gpu-interpret"))(params)
+    ours = jax.grad(
+        lambda p: penalty.gradient_penalty(lambda y: critic(p, y), x, backend="gpu-interpret")
+    )(params)
     naive = jax.grad(lambda p: reference.naive_gradient_penalty(lambda y: critic(p, y), x))(params)
     for name in params:
-        np.testing.assert_allclose(ours[name], naive[name], rtol=1e-4,
-                                   atol=1e-6 * float(jnp.max(jnp.abs(naive[name]))))
+        np.testing.assert_allclose(
+            ours[name], naive[name], rtol=1e-4, atol=1e-6 * float(jnp.max(jnp.abs(naive[name])))
+        )
 
 
 @pytest.mark.parametrize("backend", ["auto", "pallas"])
@@ -50,9 +52,11 @@ def test_whole_penalty_step_lowers_for_cuda(backend, dtype):
     params = {"w": jax.ShapeDtypeStruct((300, 8), dtype), "v": jax.ShapeDtypeStruct((8,), dtype)}
     x = jax.ShapeDtypeStruct((12, 3, 100), dtype)
     step = jax.value_and_grad(
-        lambda p, x: penalty.gradient_penalty(lambda y: critic(p, y), x, backend=backend))
-    exported = jax.export.export(jax.jit(step), platforms=["cuda"],
-                                 disabled_checks=[TRITON])(params, x)
+        lambda p, x: penalty.gradient_penalty(lambda y: critic(p, y), x, backend=backend)
+    )
+    exported = jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[TRITON])(
+        params, x
+    )
     text = exported.mlir_module()
     if backend == "pallas":
         assert "__gpu$xla.gpu.triton" in text and "fastgp_row_sumsq" in text
@@ -65,18 +69,24 @@ def test_sharded_step_exports_for_cuda_with_the_triton_call_per_device(spec):
     """Under jax.jit with NamedSharding on an explicit mesh (no shard_map in the step), the CUDA
     program runs the Triton kernel inside a manual computation on each device's block, with no
     all-gather; the feature-sharded leaf's partial sums take one all-reduce."""
-    mesh = jax.make_mesh((2, 2), ("data", "model"), devices=jax.devices()[:4],
-                         axis_types=(AxisType.Explicit,) * 2)
+    mesh = jax.make_mesh(
+        (2, 2), ("data", "model"), devices=jax.devices()[:4], axis_types=(AxisType.Explicit,) * 2
+    )
     replicated, data = NamedSharding(mesh, P()), NamedSharding(mesh, spec)
-    params = {"w": jax.ShapeDtypeStruct((300, 8), jnp.float32, sharding=replicated),
-              "v": jax.ShapeDtypeStruct((8,), jnp.float32, sharding=replicated)}
+    params = {
+        "w": jax.ShapeDtypeStruct((300, 8), jnp.float32, sharding=replicated),
+        "v": jax.ShapeDtypeStruct((8,), jnp.float32, sharding=replicated),
+    }
     x = jax.ShapeDtypeStruct((12, 300), jnp.float32, sharding=data)
     step = jax.value_and_grad(
-        lambda p, x: penalty.gradient_penalty(lambda y: jnp.tanh(y @ p["w"]) @ p["v"], x,
-                                              backend="pallas"))
+        lambda p, x: penalty.gradient_penalty(
+            lambda y: jnp.tanh(y @ p["w"]) @ p["v"], x, backend="pallas"
+        )
+    )
     with jax.set_mesh(mesh):
-        exported = jax.export.export(jax.jit(step), platforms=["cuda"],
-                                     disabled_checks=[TRITON])(params, x)
+        exported = jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[TRITON])(
+            params, x
+        )
     text = exported.mlir_module()
     assert exported.nr_devices == 4
     assert "__gpu$xla.gpu.triton" in text and "sdy.manual_computation" in text
@@ -91,7 +101,8 @@ def test_auto_sharded_export_names_explicit_sharding_instead():
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("data",))
     w = jax.ShapeDtypeStruct((300,), jnp.float32, sharding=NamedSharding(mesh, P()))
     x = jax.ShapeDtypeStruct((12, 300), jnp.float32, sharding=NamedSharding(mesh, P("data")))
-    step = jax.grad(lambda w, x: penalty.gradient_penalty(lambda y: jnp.tanh(y) @ w, x,
-                                                          backend="pallas"))
+    step = jax.grad(
+        lambda w, x: penalty.gradient_penalty(lambda y: jnp.tanh(y) @ w, x, backend="pallas")
+    )
     with pytest.raises(ValueError, match="cannot hold.*explicit sharding"):
         jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[TRITON])(w, x)

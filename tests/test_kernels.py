@@ -29,26 +29,38 @@ def _draw(seed, shape, dtype):
 
 def _small(batch, length, splits, multiple):
     """A deliberately small tiling: a ragged multi-block grid, split in two or not."""
-    return Blocks(batch if batch <= 128 else 128, length if length <= multiple else multiple,
-                  splits, 16 << 20)
+    return Blocks(
+        batch if batch <= 128 else 128, length if length <= multiple else multiple, splits, 16 << 20
+    )
 
 
-@given(batch=st.integers(1, 300), features=st.integers(1, 700),
-       dtype=st.sampled_from(sorted(DTYPES)), mode=st.sampled_from(sorted(MODES)),
-       tiling=st.sampled_from(["default", "split", "unsplit"]), seed=st.integers(0, 2 ** 16))
+@given(
+    batch=st.integers(1, 300),
+    features=st.integers(1, 700),
+    dtype=st.sampled_from(sorted(DTYPES)),
+    mode=st.sampled_from(sorted(MODES)),
+    tiling=st.sampled_from(["default", "split", "unsplit"]),
+    seed=st.integers(0, 2**16),
+)
 def test_row_sumsq_matches_float64(batch, features, dtype, mode, tiling, seed):
     g, g64 = _draw(seed, (batch, features), dtype)
-    blocks = None if tiling == "default" else _small(batch, features, 2 if tiling == "split" else 1,
-                                                     128)
+    blocks = (
+        None if tiling == "default" else _small(batch, features, 2 if tiling == "split" else 1, 128)
+    )
     sums = np.asarray(row_sumsq(g, blocks=blocks, interpret=MODES[mode]))
     assert sums.dtype == np.float32 and sums.shape == (batch,)
-    np.testing.assert_allclose(sums, np.sum(g64 ** 2, axis=1), rtol=1e-6)
+    np.testing.assert_allclose(sums, np.sum(g64**2, axis=1), rtol=1e-6)
 
 
-@given(lead=st.lists(st.integers(1, 40), min_size=0, max_size=2), sublanes=st.integers(1, 9),
-       batch=st.integers(1, 300), dtype=st.sampled_from(sorted(DTYPES)),
-       mode=st.sampled_from(sorted(MODES)), tiling=st.sampled_from(["default", "split", "unsplit"]),
-       seed=st.integers(0, 2 ** 16))
+@given(
+    lead=st.lists(st.integers(1, 40), min_size=0, max_size=2),
+    sublanes=st.integers(1, 9),
+    batch=st.integers(1, 300),
+    dtype=st.sampled_from(sorted(DTYPES)),
+    mode=st.sampled_from(sorted(MODES)),
+    tiling=st.sampled_from(["default", "split", "unsplit"]),
+    seed=st.integers(0, 2**16),
+)
 def test_lane_sumsq_matches_float64(lead, sublanes, batch, dtype, mode, tiling, seed):
     shape = (*lead, sublanes, batch)
     g, g64 = _draw(seed, shape, dtype)
@@ -84,8 +96,11 @@ def test_image_leaves_take_the_lanes_view():
     nchw = jax.make_jaxpr(backends.resolve("interpret"))(jnp.zeros((4, 3, 16, 16)))
     nhwc = jax.make_jaxpr(backends.resolve("interpret"))(jnp.zeros((4, 16, 16, 3)))
     for jaxpr in (nchw, nhwc):
-        (call,) = [e for e in equations(jaxpr.jaxpr) if e.primitive.name in ("jit", "pjit")
-                   and e.params["name"] == "lane_sumsq"]
+        (call,) = [
+            e
+            for e in equations(jaxpr.jaxpr)
+            if e.primitive.name in ("jit", "pjit") and e.params["name"] == "lane_sumsq"
+        ]
         assert call.invars[0].aval.shape == (16, 16, 3, 4)  # (H, W, C, B)
 
 
@@ -107,11 +122,14 @@ def test_bf16_long_reductions_accumulate_in_float32(view):
     g, g64 = _draw(7, shape, "bfloat16")
     fn = row_sumsq if view == "rows" else lane_sumsq
     norm = np.sqrt(np.asarray(fn(g, interpret=True), np.float64))
-    sums64 = np.sum(g64 ** 2, axis=1) if view == "rows" else np.sum(g64 ** 2, axis=(0, 1))
+    sums64 = np.sum(g64**2, axis=1) if view == "rows" else np.sum(g64**2, axis=(0, 1))
     np.testing.assert_allclose(norm, np.sqrt(sums64), rtol=1e-3)
     # A true bf16 accumulator is far off: the test can tell the difference.
-    squares = (np.asarray(g) * np.asarray(g)).reshape(-1, 2) if view == "lanes" else \
-        (np.asarray(g) * np.asarray(g)).T
+    squares = (
+        (np.asarray(g) * np.asarray(g)).reshape(-1, 2)
+        if view == "lanes"
+        else (np.asarray(g) * np.asarray(g)).T
+    )
     bf16_norm = np.sqrt(squares.sum(axis=0, dtype=squares.dtype).astype(np.float64))
     assert np.max(np.abs(bf16_norm / np.sqrt(sums64) - 1)) > 1e-1
 
@@ -120,10 +138,14 @@ def test_nonfinite_gradients_stay_in_their_sample():
     g = np.ones((20, 300), np.float32)
     g[3, 17] = np.nan
     g[11, 299] = np.inf
-    rows = np.asarray(row_sumsq(jnp.asarray(g), blocks=Blocks(20, 128, 2, 16 << 20),
-                                interpret=True))
-    lanes = np.asarray(lane_sumsq(jnp.asarray(g.T.reshape(30, 10, 20)),
-                                  blocks=Blocks(20, 8, 2, 16 << 20), interpret=True))
+    rows = np.asarray(
+        row_sumsq(jnp.asarray(g), blocks=Blocks(20, 128, 2, 16 << 20), interpret=True)
+    )
+    lanes = np.asarray(
+        lane_sumsq(
+            jnp.asarray(g.T.reshape(30, 10, 20)), blocks=Blocks(20, 8, 2, 16 << 20), interpret=True
+        )
+    )
     for sums in (rows, lanes):
         bad = ~np.isfinite(sums)
         assert bad.tolist() == [i in (3, 11) for i in range(20)]
@@ -138,24 +160,34 @@ def finite_garbage(monkeypatch):
     """Out-of-bounds block contents become a finite value instead of interpret mode's NaN, as on
     hardware, where they are whatever the buffer held: only masking (not NaN propagation)
     keeps them out of the sums."""
-    monkeypatch.setattr(pallas_primitives, "uninitialized_value",
-                        lambda shape, dtype: jnp.full(shape, GARBAGE, dtype))
-    monkeypatch.setattr(tpu_interpret_utils, "get_uninitialized_value",
-                        lambda dtype, memory: GARBAGE)
+    monkeypatch.setattr(
+        pallas_primitives,
+        "uninitialized_value",
+        lambda shape, dtype: jnp.full(shape, GARBAGE, dtype),
+    )
+    monkeypatch.setattr(
+        tpu_interpret_utils, "get_uninitialized_value", lambda dtype, memory: GARBAGE
+    )
 
 
 def _unmasked_block_sum(g, block, interpret):
     """Sums every element of every block, edges included: what a kernel without masks computes."""
+
     def kernel(g_ref, out_ref):
         @pl.when(pl.program_id(0) == 0)
         def _init():
             out_ref[...] = jnp.zeros_like(out_ref)
+
         out_ref[...] += jnp.sum(g_ref[...], keepdims=True)
-    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1, 1), jnp.float32),
-                          grid=(pl.cdiv(g.shape[1], block),),
-                          in_specs=[pl.BlockSpec((g.shape[0], block), lambda k: (0, k))],
-                          out_specs=pl.BlockSpec((1, 1), lambda k: (0, 0)),
-                          interpret=interpret)(g)[0, 0]
+
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((1, 1), jnp.float32),
+        grid=(pl.cdiv(g.shape[1], block),),
+        in_specs=[pl.BlockSpec((g.shape[0], block), lambda k: (0, k))],
+        out_specs=pl.BlockSpec((1, 1), lambda k: (0, 0)),
+        interpret=interpret,
+    )(g)[0, 0]
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -163,17 +195,19 @@ def test_ragged_tails_are_masked_against_finite_garbage(finite_garbage, mode):
     g, g64 = _draw(3, (12, 300), "float32")
     # The garbage reaches the blocks: an unmasked sum sees it.
     assert float(_unmasked_block_sum(g, 128, MODES[mode])) == pytest.approx(
-        np.sum(g64) + GARBAGE * 12 * (384 - 300), rel=1e-5)
+        np.sum(g64) + GARBAGE * 12 * (384 - 300), rel=1e-5
+    )
     rows = row_sumsq(g, blocks=Blocks(12, 128, 2, 16 << 20), interpret=MODES[mode])
-    np.testing.assert_allclose(np.asarray(rows), np.sum(g64 ** 2, axis=1), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(rows), np.sum(g64**2, axis=1), rtol=1e-6)
     h, h64 = _draw(4, (37, 3, 12), "bfloat16")  # 37 rows in blocks of 8, split in two
     lanes = lane_sumsq(h, blocks=Blocks(12, 8, 2, 16 << 20), interpret=MODES[mode])
-    np.testing.assert_allclose(np.asarray(lanes), np.sum(h64 ** 2, axis=(0, 1)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(lanes), np.sum(h64**2, axis=(0, 1)), rtol=1e-6)
 
 
 @pytest.mark.parametrize("generation", (None,) + SUPPORTED_GENERATIONS)
-@pytest.mark.parametrize("batch,features", [(1, 1), (7, 3), (64, 12288), (129, 100_000),
-                                            (1000, 3 * 64 * 64), (4096, 2)])
+@pytest.mark.parametrize(
+    "batch,features", [(1, 1), (7, 3), (64, 12288), (129, 100_000), (1000, 3 * 64 * 64), (4096, 2)]
+)
 @pytest.mark.parametrize("itemsize", [2, 4])
 def test_row_blocks_obey_tpu_layout_rules(generation, batch, features, itemsize):
     blocks = row_blocks(batch, features, itemsize, generation)
@@ -187,8 +221,9 @@ def test_row_blocks_obey_tpu_layout_rules(generation, batch, features, itemsize)
 
 
 @pytest.mark.parametrize("generation", (None,) + SUPPORTED_GENERATIONS)
-@pytest.mark.parametrize("rows,sublanes,batch", [(1, 1, 1), (4096, 3, 64), (1024, 3, 300),
-                                                 (50_000, 1, 8), (3, 5, 4096)])
+@pytest.mark.parametrize(
+    "rows,sublanes,batch", [(1, 1, 1), (4096, 3, 64), (1024, 3, 300), (50_000, 1, 8), (3, 5, 4096)]
+)
 def test_lane_blocks_obey_tpu_layout_rules(generation, rows, sublanes, batch):
     blocks = lane_blocks(rows, sublanes, batch, generation)
     assert blocks.batch == batch or blocks.batch % 128 == 0
@@ -197,8 +232,9 @@ def test_lane_blocks_obey_tpu_layout_rules(generation, rows, sublanes, batch):
     assert 4 * tile <= blocks.vmem_limit_bytes
 
 
-@pytest.mark.parametrize("generation,splits", [("v4", 2), ("v5p", 2), (None, 2), ("v5e", 1),
-                                               ("v6e", 1), ("7x", 1)])
+@pytest.mark.parametrize(
+    "generation,splits", [("v4", 2), ("v5p", 2), (None, 2), ("v5e", 1), ("v6e", 1), ("7x", 1)]
+)
 def test_megacore_chips_split_the_reduction_of_a_one_block_batch(generation, splits):
     assert lane_blocks(4096, 3, 64, generation).splits == splits
     assert row_blocks(128, 1 << 20, 4, generation).splits == splits

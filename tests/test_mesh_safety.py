@@ -35,17 +35,28 @@ def on_mesh(devices, fn, out_specs=P()):
     params, real, fake, key = problem()
     mesh = Mesh(np.array(jax.devices()[:devices]), ("data",))
     data = NamedSharding(mesh, P("data"))
-    sharded = jax.shard_map(fn, mesh=mesh, in_specs=(P(), P("data"), P("data"), P()),
-                            out_specs=out_specs, check_vma=True)
-    return jax.jit(sharded)(jax.device_put(params, NamedSharding(mesh, P())),
-                            jax.device_put(real, data), jax.device_put(fake, data), key)
+    sharded = jax.shard_map(
+        fn,
+        mesh=mesh,
+        in_specs=(P(), P("data"), P("data"), P()),
+        out_specs=out_specs,
+        check_vma=True,
+    )
+    return jax.jit(sharded)(
+        jax.device_put(params, NamedSharding(mesh, P())),
+        jax.device_put(real, data),
+        jax.device_put(fake, data),
+        key,
+    )
 
 
 FORGETFUL = {
     "gradient_penalty": lambda p, r, f, k: jax.grad(
-        lambda q: penalty.gradient_penalty(functools.partial(critic, q), r))(p),
+        lambda q: penalty.gradient_penalty(functools.partial(critic, q), r)
+    )(p),
     "gradient_penalty/reverse": lambda p, r, f, k: penalty.gradient_penalty(
-        functools.partial(critic, p), r, second_order="reverse"),
+        functools.partial(critic, p), r, second_order="reverse"
+    ),
     "penalty_from_grads": lambda p, r, f, k: penalty.penalty_from_grads(r),
     "interpolate": lambda p, r, f, k: jnp.sum(penalty.interpolate(k, r, f)),
 }
@@ -69,7 +80,7 @@ def test_per_shard_opt_out_equals_a_naive_per_shard_penalty(devices):
     values, x_hat = on_mesh(devices, per_shard, out_specs=(P("data"), P("data")))
     params, real, fake, key = problem()
     local = BATCH // devices
-    alpha = jax.random.uniform(key, (local,))                 # every shard draws from the same key
+    alpha = jax.random.uniform(key, (local,))  # every shard draws from the same key
     for shard in range(devices):
         rows = slice(shard * local, (shard + 1) * local)
         expected_x = real[rows] + alpha[:, None] * (fake[rows] - real[rows])
@@ -83,8 +94,9 @@ def test_per_shard_opt_out_equals_a_naive_per_shard_penalty(devices):
 def test_axis_name_data_equals_one_device(devices):
     def global_mean_penalty(params, real, fake, key):
         x_hat = penalty.interpolate(key, real, fake, axis_name="data")
-        loss = lambda p: penalty.gradient_penalty(functools.partial(critic, p), x_hat,
-                                                  axis_name="data")
+        loss = lambda p: penalty.gradient_penalty(
+            functools.partial(critic, p), x_hat, axis_name="data"
+        )
         return jax.value_and_grad(loss)(params)
 
     value, grads = on_mesh(devices, global_mean_penalty)
@@ -102,8 +114,13 @@ def test_replicated_data_needs_no_axis_name():
     """Data that does not vary over the mesh (every shard holds the same batch) is fine."""
     params, real, _, _ = problem()
     mesh = Mesh(np.array(jax.devices()[:2]), ("data",))
-    fn = jax.shard_map(lambda p, x: penalty.gradient_penalty(functools.partial(critic, p), x),
-                       mesh=mesh, in_specs=(P(), P()), out_specs=P(), check_vma=True)
+    fn = jax.shard_map(
+        lambda p, x: penalty.gradient_penalty(functools.partial(critic, p), x),
+        mesh=mesh,
+        in_specs=(P(), P()),
+        out_specs=P(),
+        check_vma=True,
+    )
     expected = reference.naive_gradient_penalty(functools.partial(critic, params), real)
     np.testing.assert_allclose(jax.jit(fn)(params, real), expected, rtol=1e-5)
 
@@ -111,15 +128,23 @@ def test_replicated_data_needs_no_axis_name():
 def test_pallas_on_a_cpu_lowering_is_the_same_clear_error_inside_shard_map():
     message = "backend=.pallas.*lowered for another platform.*.interpret."
     with pytest.raises(ValueError, match=message):
-        on_mesh(2, lambda p, r, f, k: penalty.gradient_penalty(
-            functools.partial(critic, p), r, backend="pallas", axis_name="data"))
+        on_mesh(
+            2,
+            lambda p, r, f, k: penalty.gradient_penalty(
+                functools.partial(critic, p), r, backend="pallas", axis_name="data"
+            ),
+        )
 
 
 @pytest.mark.parametrize("backend", ["interpret", "gpu-interpret"])
 def test_generic_interpret_mode_inside_shard_map_names_tpu_interpret(backend):
     with pytest.raises(ValueError, match="tpu-interpret"):
-        on_mesh(2, lambda p, r, f, k: penalty.gradient_penalty(
-            functools.partial(critic, p), r, backend=backend, axis_name="data"))
+        on_mesh(
+            2,
+            lambda p, r, f, k: penalty.gradient_penalty(
+                functools.partial(critic, p), r, backend=backend, axis_name="data"
+            ),
+        )
 
 
 def test_axis_name_must_be_a_name():

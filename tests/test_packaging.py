@@ -13,8 +13,18 @@ import zipfile
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
-                                    ".pytest_cache", ".hypothesis", ".benchmarks", "runs")
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    ".benchmarks",
+    "runs",
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +36,32 @@ def dists(tmp_path_factory):
     """
     tmp = tmp_path_factory.mktemp("dists")
     shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
-    build_sdist = ("import sys; from setuptools import build_meta; "
-                   "build_meta.build_sdist(sys.argv[1])")
-    subprocess.run([sys.executable, "-c", build_sdist, str(tmp)], cwd=tmp / "src", check=True,
-                   capture_output=True)
+    build_sdist = (
+        "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])"
+    )
+    subprocess.run(
+        [sys.executable, "-c", build_sdist, str(tmp)],
+        cwd=tmp / "src",
+        check=True,
+        capture_output=True,
+    )
     (sdist,) = tmp.glob("fastgp-*.tar.gz")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "--quiet", "-w", str(tmp), str(sdist)], cwd=tmp, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(tmp),
+            str(sdist),
+        ],
+        cwd=tmp,
+        check=True,
+    )
     (wheel,) = tmp.glob("fastgp-*.whl")
     with tarfile.open(sdist) as tar:
         sdist_names = {name.partition("/")[2] for name in tar.getnames()}
@@ -82,17 +111,28 @@ def test_importing_fastgp_configures_no_logging():
             importlib.import_module(name)
             assert levels() == before, f"importing {name}: {before} -> {levels()}"
         """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_the_library_loads_nothing_of_the_training_application():
-    code = ("import json, sys, fastgp, fastgp.penalty; "
-            "print(json.dumps(sorted(m.split('.')[0] if not m.startswith('fastgp') else m "
-            "for m in sys.modules)))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    code = (
+        "import json, sys, fastgp, fastgp.penalty; "
+        "print(json.dumps(sorted(m.split('.')[0] if not m.startswith('fastgp') else m "
+        "for m in sys.modules)))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     loaded = set(json.loads(proc.stdout.splitlines()[-1]))
     assert "fastgp.penalty" in loaded
     assert not {m for m in loaded if m.startswith("fastgp.train")}

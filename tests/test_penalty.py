@@ -33,10 +33,11 @@ def test_tf_gan_published_values(backend):
 def test_one_sided_penalty_is_zero_below_the_target_and_two_sided_is_not(backend):
     """n = 0.5 with t = 1: wgan-gp gives (0.5 - 1)^2 = 0.25 and pulls the norm up; wgan-lp gives
     0 and no gradient. Above the target (n = 3) both give (3 - 1)^2 = 4."""
-    below, above = jnp.full((2, 4), 0.25), jnp.full((2, 4), 1.5)        # norms 0.5 and 3
+    below, above = jnp.full((2, 4), 0.25), jnp.full((2, 4), 1.5)  # norms 0.5 and 3
     for grads, gp, lp in ((below, 0.25, 0.0), (above, 4.0, 4.0)):
-        value = lambda g, kind: penalty.penalty_from_grads(g, kind=kind, weight=1.0,
-                                                           backend=backend)
+        value = lambda g, kind: penalty.penalty_from_grads(
+            g, kind=kind, weight=1.0, backend=backend
+        )
         assert float(value(grads, "wgan-gp")) == pytest.approx(gp, rel=1e-6)
         assert float(value(grads, "wgan-lp")) == pytest.approx(lp, rel=1e-6, abs=1e-12)
     d_gp = jax.grad(lambda g: penalty.penalty_from_grads(g, weight=1.0, backend=backend))(below)
@@ -59,9 +60,11 @@ def make_problem(seed, shapes, dtype=jnp.float32, scale=1.0):
     keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes) + 2)
     x = {f"x{i}": jax.random.normal(k, s, dtype) for i, (k, s) in enumerate(zip(keys, shapes))}
     features = sum(int(np.prod(s[1:])) for s in shapes)
-    params = {"w1": scale * jax.random.normal(keys[-2], (features, 16)) / np.sqrt(features),
-              "b1": jnp.zeros(16),
-              "w2": jax.random.normal(keys[-1], (16, 1))}
+    params = {
+        "w1": scale * jax.random.normal(keys[-2], (features, 16)) / np.sqrt(features),
+        "b1": jnp.zeros(16),
+        "w2": jax.random.normal(keys[-1], (16, 1)),
+    }
     return params, x
 
 
@@ -69,10 +72,12 @@ def make_problem(seed, shapes, dtype=jnp.float32, scale=1.0):
 @pytest.mark.parametrize("kind", KINDS)
 def test_value_and_second_order_match_naive(backend, kind):
     params, x = make_problem(0, [(6, 3, 5), (6, 130)], scale=3.0)
-    ours = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y), x, kind=kind,
-                                              target=1.5, backend=backend)
-    naive = lambda p: reference.naive_gradient_penalty(lambda y: mlp_critic(p, y), x, kind=kind,
-                                                       target=1.5)
+    ours = lambda p: penalty.gradient_penalty(
+        lambda y: mlp_critic(p, y), x, kind=kind, target=1.5, backend=backend
+    )
+    naive = lambda p: reference.naive_gradient_penalty(
+        lambda y: mlp_critic(p, y), x, kind=kind, target=1.5
+    )
     value, grads = jax.value_and_grad(ours)(params)
     value_ref, grads_ref = jax.value_and_grad(naive)(params)
     np.testing.assert_allclose(value, value_ref, rtol=1e-5)
@@ -88,7 +93,7 @@ def test_third_order_through_the_penalty_matches_naive(backend):
     params, x = make_problem(1, [(5, 9)], scale=2.0)
 
     def grad_norm_sq(fn):
-        return lambda p: sum(jnp.sum(g ** 2) for g in jax.tree.leaves(jax.grad(fn)(p)))
+        return lambda p: sum(jnp.sum(g**2) for g in jax.tree.leaves(jax.grad(fn)(p)))
 
     ours = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y), x, backend=backend)
     naive = lambda p: reference.naive_gradient_penalty(lambda y: mlp_critic(p, y), x)
@@ -116,10 +121,14 @@ def test_forward_mode_of_the_penalty_from_gradients_equals_naive(backend):
     np.testing.assert_allclose(ours, naive, rtol=1e-6)
 
 
-@given(shapes=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 140)), min_size=1, max_size=3),
-       batch=st.integers(1, 40), kind=st.sampled_from(KINDS),
-       dtype=st.sampled_from(["float32", "bfloat16"]),
-       backend=st.sampled_from(["xla", "interpret", "tpu-interpret"]), seed=st.integers(0, 999))
+@given(
+    shapes=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 140)), min_size=1, max_size=3),
+    batch=st.integers(1, 40),
+    kind=st.sampled_from(KINDS),
+    dtype=st.sampled_from(["float32", "bfloat16"]),
+    backend=st.sampled_from(["xla", "interpret", "tpu-interpret"]),
+    seed=st.integers(0, 999),
+)
 def test_pytree_norms_and_penalty_match_float64(shapes, batch, kind, dtype, backend, seed):
     keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes))
     grads = [jax.random.normal(k, (batch,) + s, jnp.dtype(dtype)) for k, s in zip(keys, shapes)]
@@ -127,8 +136,9 @@ def test_pytree_norms_and_penalty_match_float64(shapes, batch, kind, dtype, back
     n64 = norms64(leaves64)
     np.testing.assert_allclose(penalty.grad_norms(grads, backend=backend), n64, rtol=1e-6)
     value = penalty.penalty_from_grads(grads, kind=kind, target=2.0, weight=3.0, backend=backend)
-    np.testing.assert_allclose(value, 3.0 * np.mean(penalties64(n64, kind, 2.0)), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        value, 3.0 * np.mean(penalties64(n64, kind, 2.0)), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -138,8 +148,9 @@ def test_zero_input_gradient_gives_finite_parameter_gradients(backend):
     x = jnp.abs(jax.random.normal(jax.random.PRNGKey(0), (5, 3)))
     critic = lambda p, y: jax.nn.relu(y @ p["w"]) @ p["v"]
     for kind in KINDS:
-        fn = lambda p: penalty.gradient_penalty(lambda y: critic(p, y), x, kind=kind,
-                                                target=0.1, backend=backend)
+        fn = lambda p: penalty.gradient_penalty(
+            lambda y: critic(p, y), x, kind=kind, target=0.1, backend=backend
+        )
         value, grads = jax.value_and_grad(fn)(params)
         expected = 10.0 if kind == "wgan-gp" else 0.0  # (0/t - 1)^2 = 1, weight 10
         assert float(value) == pytest.approx(expected)
@@ -158,8 +169,9 @@ def test_one_zero_sample_does_not_poison_the_others():
 
 def test_norm_is_per_sample_not_per_batch():
     g = jnp.stack([jnp.full((3, 4), 1.0), jnp.full((3, 4), 2.0)])
-    np.testing.assert_allclose(penalty.grad_norms(g, backend="xla"), [np.sqrt(12), np.sqrt(48)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        penalty.grad_norms(g, backend="xla"), [np.sqrt(12), np.sqrt(48)], rtol=1e-6
+    )
 
 
 def test_bf16_gradients_give_float32_results_and_cotangents():
@@ -167,7 +179,7 @@ def test_bf16_gradients_give_float32_results_and_cotangents():
     value, dg = jax.value_and_grad(lambda g: penalty.penalty_from_grads(g, backend="interpret"))(g)
     assert value.dtype == jnp.float32 and dg.dtype == jnp.bfloat16
     ref = jax.grad(lambda g: reference.naive_penalty_from_grads(g))(g.astype(jnp.float32))
-    np.testing.assert_allclose(dg.astype(jnp.float32), ref, rtol=2 ** -7, atol=1e-6)
+    np.testing.assert_allclose(dg.astype(jnp.float32), ref, rtol=2**-7, atol=1e-6)
 
 
 def test_interpolate_draws_one_uniform_alpha_per_sample():
@@ -193,11 +205,13 @@ def test_interpolate_keeps_dtype():
 def test_critic_scores_of_shape_b_by_1_equal_shape_b():
     params, x = make_problem(5, [(4, 6)])
     flat = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y), x, backend="xla")
-    column = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y)[:, None], x,
-                                                backend="xla")
+    column = lambda p: penalty.gradient_penalty(
+        lambda y: mlp_critic(p, y)[:, None], x, backend="xla"
+    )
     np.testing.assert_array_equal(flat(params), column(params))
-    for a, b in zip(jax.tree.leaves(jax.grad(flat)(params)),
-                    jax.tree.leaves(jax.grad(column)(params))):
+    for a, b in zip(
+        jax.tree.leaves(jax.grad(flat)(params)), jax.tree.leaves(jax.grad(column)(params))
+    ):
         np.testing.assert_array_equal(a, b)
 
 
@@ -210,7 +224,7 @@ def test_sum_reduced_penalty_is_the_mean_at_weight_times_batch():
 
     def summed(p):
         per_sample = jax.vmap(jax.grad(lambda xi: mlp_critic(p, {"x0": xi[None]})[0]))(x["x0"])
-        norms = jnp.sqrt(jnp.sum(per_sample ** 2, axis=1))
+        norms = jnp.sqrt(jnp.sum(per_sample**2, axis=1))
         return lam * jnp.sum((norms - 1.0) ** 2)
 
     ours = lambda p: penalty.gradient_penalty(lambda y: mlp_critic(p, y), x, weight=lam * batch)

@@ -31,9 +31,21 @@ from fastgp.train.state import init_state
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 100
 # Chunks of 5 steps, checkpoints every 20 (orbax keeps the newest 3: 60, 80, 100 at the end).
-FLAGS = ["--steps", str(STEPS), "--batch-size", "32", "--log-every", "5",
-         "--checkpoint-every", "20", "--eval-every", "50", "--eval-samples", "200",
-         "--no-progress"]
+FLAGS = [
+    "--steps",
+    str(STEPS),
+    "--batch-size",
+    "32",
+    "--log-every",
+    "5",
+    "--checkpoint-every",
+    "20",
+    "--eval-every",
+    "50",
+    "--eval-samples",
+    "200",
+    "--no-progress",
+]
 CLI = [sys.executable, "-m", "fastgp.train.cli"]
 
 
@@ -44,16 +56,20 @@ def _shared_root(factory):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "JAX_COMPILATION_CACHE_DIR": str(_shared_root(tmp_path_factory) / "jax-cache"),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
-    env.pop("XLA_FLAGS", None)          # conftest's 8 devices must not leak into the runs
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": str(_shared_root(tmp_path_factory) / "jax-cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+    env.pop("XLA_FLAGS", None)  # conftest's 8 devices must not leak into the runs
     return env
 
 
 def fastgp(env, *args, timeout=240, **kwargs):
-    return subprocess.run([*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+    return subprocess.run(
+        [*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kwargs
+    )
 
 
 def ok(proc):
@@ -62,13 +78,21 @@ def ok(proc):
 
 
 def start(env, *args, **kwargs):
-    return subprocess.Popen([*CLI, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [*CLI, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def metric_steps(out):
-    return [json.loads(line)["step"] for line in (Path(out) / "metrics.jsonl").read_text()
-            .splitlines()]
+    return [
+        json.loads(line)["step"] for line in (Path(out) / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def state_at(out, step):
@@ -101,7 +125,7 @@ def reference(tmp_path_factory, env):
         if not (out / "summary.json").exists():
             shutil.rmtree(out, ignore_errors=True)
             ok(fastgp(env, "train", *FLAGS, "--out", str(out)))
-    assert not (out / LOCK_NAME).exists()          # released at exit
+    assert not (out / LOCK_NAME).exists()  # released at exit
     return out, state_at(out, STEPS)
 
 
@@ -113,9 +137,12 @@ def copy_of(reference, tmp_path):
 
 # --- 1. damaged checkpoints are skipped; resume is bitwise equal -------------------------------
 
+
 def _largest_data_file(step_dir):
-    return max((p for p in (step_dir / "state").rglob("d/*") if p.is_file()),
-               key=lambda p: p.stat().st_size)
+    return max(
+        (p for p in (step_dir / "state").rglob("d/*") if p.is_file()),
+        key=lambda p: p.stat().st_size,
+    )
 
 
 def _truncate(step_dir):
@@ -133,7 +160,7 @@ def _overwrite(step_dir):
 DAMAGE = {
     "truncated-data-file": _truncate,
     "deleted-data-file": lambda d: _largest_data_file(d).unlink(),
-    "changed-data-bytes": _overwrite,      # orbax may restore this without noticing
+    "changed-data-bytes": _overwrite,  # orbax may restore this without noticing
     "missing-manifest": lambda d: next((d / "state").rglob("manifest.ocdbt")).unlink(),
     "missing-metadata": lambda d: (d / "state" / "_METADATA").unlink(),
 }
@@ -141,13 +168,14 @@ DAMAGE = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_damaged_newest_checkpoint_is_skipped_and_resume_is_bitwise_equal(reference, tmp_path,
-                                                                          env, damage):
+def test_damaged_newest_checkpoint_is_skipped_and_resume_is_bitwise_equal(
+    reference, tmp_path, env, damage
+):
     out = copy_of(reference, tmp_path)
     DAMAGE[damage](out / "checkpoints" / str(STEPS))
     proc = ok(fastgp(env, "train", "--resume", "--out", str(out), "--no-progress"))
     lines = proc.stderr.splitlines()
-    assert len(lines) == 2, proc.stderr                 # what was skipped, where it resumed
+    assert len(lines) == 2, proc.stderr  # what was skipped, where it resumed
     assert lines[0].startswith(f"fastgp train: checkpoint {STEPS} is damaged: "), lines[0]
     assert lines[1] == "fastgp train: resuming from checkpoint 80, the newest intact one"
     assert (out / "checkpoints-damaged" / str(STEPS)).is_dir()
@@ -174,6 +202,7 @@ def test_resume_without_a_checkpoint_is_an_error_naming_the_directory(tmp_path, 
 
 
 # --- 1. checkpoints that cannot be written end the run at once --------------------------------
+
 
 @contextlib.contextmanager
 def read_only(path):
@@ -225,9 +254,14 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.slow
 def test_no_inodes_left_ends_the_run_at_once(tmp_path, env):
-    proc = subprocess.run([sys.executable, "-c", INODES_EXHAUSTED, "train", *FLAGS, "--out",
-                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", INODES_EXHAUSTED, "train", *FLAGS, "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 1
     one_clear_line(proc, "cannot write checkpoint 20", "No space left on device")
 
@@ -244,10 +278,15 @@ runpy.run_module("fastgp.train.cli", run_name="__main__")
 @pytest.mark.slow
 def test_disk_full_while_checkpointing_is_one_message(tmp_path, env):
     env = {k: v for k, v in env.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
-    env.pop("JAX_COMPILATION_CACHE_DIR")            # cache entries would hit the limit too
-    proc = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMITED, "train", *FLAGS, "--out",
-                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=240)
+    env.pop("JAX_COMPILATION_CACHE_DIR")  # cache entries would hit the limit too
+    proc = subprocess.run(
+        [sys.executable, "-c", FILE_SIZE_LIMITED, "train", *FLAGS, "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 1
     one_clear_line(proc, "cannot write checkpoint 20", "File too large")
     assert not list((tmp_path / "checkpoints").glob("*orbax-checkpoint-tmp*"))
@@ -275,6 +314,7 @@ def test_partial_save_recreated_by_late_writes_is_removed(tmp_path):
 
 # --- 2. one run per --out -----------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_second_run_into_the_same_out_is_refused(tmp_path, env):
     procs = [start(env, "train", *FLAGS, "--out", str(tmp_path)) for _ in range(2)]
@@ -288,6 +328,7 @@ def test_second_run_into_the_same_out_is_refused(tmp_path, env):
 
 
 # --- 3. graceful stop ---------------------------------------------------------------------------
+
 
 def _wait_for_first_log(proc, out, timeout=180):
     metrics = Path(out) / "metrics.jsonl"
@@ -348,8 +389,7 @@ def test_second_signal_exits_at_once(tmp_path, env):
 
 @pytest.mark.slow
 def test_sigterm_stops_every_process_of_a_multiprocess_run(tmp_path, env):
-    proc = start(env, "train", *FLAGS, "--processes", "2", "--devices", "1", "--out",
-                 str(tmp_path))
+    proc = start(env, "train", *FLAGS, "--processes", "2", "--devices", "1", "--out", str(tmp_path))
     _wait_for_first_log(proc, tmp_path, timeout=300)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=180)
@@ -363,29 +403,34 @@ def test_sigterm_stops_every_process_of_a_multiprocess_run(tmp_path, env):
 
 # --- 4. numerical faults ------------------------------------------------------------------------
 
+
 def _strict_json(line):
     def refuse(token):
         raise ValueError(f"non-JSON token {token}")
+
     return json.loads(line, parse_constant=refuse)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flag,value", [("--lr", "1e30"), ("--gp-weight", "1e38")])
 def test_nonfinite_training_stops_naming_step_and_quantity(tmp_path, env, flag, value):
-    proc = fastgp(env, "train", *FLAGS, "--checkpoint-every", "5", flag, value, "--out",
-                  str(tmp_path))
+    proc = fastgp(
+        env, "train", *FLAGS, "--checkpoint-every", "5", flag, value, "--out", str(tmp_path)
+    )
     assert proc.returncode == 1
     line = one_clear_line(proc, "training diverged: ")
-    quantity = re.search(r"diverged: (\S+ (parameters|optimiser state) \S+|critic_loss|penalty|"
-                         r"wasserstein|generator_loss) .* (at|after) step (\d+)", line)
+    quantity = re.search(
+        r"diverged: (\S+ (parameters|optimiser state) \S+|critic_loss|penalty|"
+        r"wasserstein|generator_loss) .* (at|after) step (\d+)",
+        line,
+    )
     assert quantity, line
     bad = int(quantity.group(4))
-    records = [_strict_json(line) for line in
-               (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    records = [_strict_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["step"] >= bad
     assert not (tmp_path / "samples.npy").exists()
     latest = Checkpoints(tmp_path / "checkpoints").latest_step()
-    if latest is not None:                      # the last checkpoint is the last finite state
+    if latest is not None:  # the last checkpoint is the last finite state
         assert latest < bad
         config = default_config("8gaussians", batch_size=32, total_steps=STEPS, backend="xla")
         template = init_state(config, *build_problem("8gaussians", config)[:2])
@@ -394,6 +439,7 @@ def test_nonfinite_training_stops_naming_step_and_quantity(tmp_path, env, flag, 
 
 
 # --- 5. an error about a resumed run names the flag that was given ----------------------------
+
 
 @pytest.mark.slow
 def test_resume_on_devices_that_do_not_divide_the_batch_blames_devices(reference, tmp_path, env):
@@ -418,17 +464,22 @@ time.sleep(60)
 def test_lock_names_a_live_holder_and_is_free_after_it_dies(tmp_path):
     from fastgp.train.runlock import DirectoryBusy, RunLock
 
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], cwd=ROOT,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(DirectoryBusy, match=f"in use by another fastgp train \\(pid "
-                                                f"{holder.pid} on "):
+        with pytest.raises(
+            DirectoryBusy, match=f"in use by another fastgp train \\(pid {holder.pid} on "
+        ):
             RunLock.acquire(tmp_path)
     finally:
         holder.kill()
         holder.wait()
-    lock = RunLock.acquire(tmp_path)                # SIGKILL left a stale file; it is taken
+    lock = RunLock.acquire(tmp_path)  # SIGKILL left a stale file; it is taken
     assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
     lock.release()
     assert not (tmp_path / LOCK_NAME).exists()
@@ -448,7 +499,7 @@ def test_lock_without_flock_uses_the_recorded_pid(tmp_path, monkeypatch):
     dead.wait()
     path = tmp_path / LOCK_NAME
     path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
-    runlock.RunLock.acquire(tmp_path).release()     # a dead pid on this host: stale
+    runlock.RunLock.acquire(tmp_path).release()  # a dead pid on this host: stale
     path.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
     with pytest.raises(runlock.DirectoryBusy, match=f"pid {os.getppid()}"):
         runlock.RunLock.acquire(tmp_path)
@@ -456,20 +507,21 @@ def test_lock_without_flock_uses_the_recorded_pid(tmp_path, monkeypatch):
 
 # --- unit checks of the fault detection ---------------------------------------------------------
 
+
 def test_first_nonfinite_loss_names_the_first_quantity_in_computation_order():
     from fastgp.train.nonfinite import first_nonfinite_loss
 
-    shape = (3, 5, 2)                                # iterations, critic steps, cores
-    metrics = {name: np.zeros(shape, np.float32)
-               for name in ("critic_loss", "penalty", "wasserstein")}
+    shape = (3, 5, 2)  # iterations, critic steps, cores
+    metrics = {
+        name: np.zeros(shape, np.float32) for name in ("critic_loss", "penalty", "wasserstein")
+    }
     metrics["generator_loss"] = np.zeros((3, 2), np.float32)
     assert first_nonfinite_loss(metrics, 40) is None
     metrics["generator_loss"][1] = np.nan
     metrics["wasserstein"][2, 0] = np.inf
     assert first_nonfinite_loss(metrics, 40) == "generator_loss is nan at step 42"
     metrics["penalty"][1, 3] = -np.inf
-    assert first_nonfinite_loss(metrics, 40) == ("penalty is -inf at step 42 (critic step 4 of "
-                                                 "5)")
+    assert first_nonfinite_loss(metrics, 40) == ("penalty is -inf at step 42 (critic step 4 of 5)")
 
 
 def test_nonfinite_state_names_the_array():
@@ -481,13 +533,15 @@ def test_nonfinite_state_names_the_array():
     d_params = jax.tree.map(lambda a: a, state.d_params)
     d_params[1]["w"] = d_params[1]["w"].at[0, 0].set(np.nan)
     assert nonfinite_state(state._replace(d_params=d_params)) == (
-        "critic parameters d_params[1]['w'] hold non-finite values")
+        "critic parameters d_params[1]['w'] hold non-finite values"
+    )
     adam, schedule = state.g_opt[0], state.g_opt[1:]
     nu = jax.tree.map(lambda a: a, adam.nu)
     nu[0]["b"] = nu[0]["b"].at[0].set(np.inf)
     g_opt = (adam._replace(nu=nu), *schedule)
     assert nonfinite_state(state._replace(g_opt=g_opt)) == (
-        "generator optimiser state g_opt[0].nu[0]['b'] hold non-finite values")
+        "generator optimiser state g_opt[0].nu[0]['b'] hold non-finite values"
+    )
 
 
 def test_metrics_are_strict_json(tmp_path):
@@ -504,6 +558,9 @@ def test_metrics_are_strict_json(tmp_path):
 def test_digest_lists_every_file_of_a_checkpoint(reference):
     step_dir = reference[0] / "checkpoints" / str(STEPS)
     files = json.loads((step_dir / DIGEST).read_text())["files"]
-    on_disk = {str(p.relative_to(step_dir)) for p in step_dir.rglob("*")
-               if p.is_file() and p.name != DIGEST}
+    on_disk = {
+        str(p.relative_to(step_dir))
+        for p in step_dir.rglob("*")
+        if p.is_file() and p.name != DIGEST
+    }
     assert set(files) == on_disk and any(name.startswith("state/") for name in files)

@@ -27,13 +27,17 @@ def _conv(x, w, layout):
 
 def conv_critic(layout):
     """Two stride-2 convolutions, leaky ReLU, a linear head: (B, 8, 8, 3) or (B, 3, 8, 8)."""
+
     def init(key, dtype):
         k1, k2, k3 = jax.random.split(key, 3)
-        shape1, shape2 = ((3, 3, 3, 8), (3, 3, 8, 8)) if layout == "NHWC" else \
-            ((8, 3, 3, 3), (8, 8, 3, 3))
-        return {"c1": jax.random.normal(k1, shape1, dtype) * 0.4,
-                "c2": jax.random.normal(k2, shape2, dtype) * 0.2,
-                "head": jax.random.normal(k3, (8 * 2 * 2,), dtype) * 0.3}
+        shape1, shape2 = (
+            ((3, 3, 3, 8), (3, 3, 8, 8)) if layout == "NHWC" else ((8, 3, 3, 3), (8, 8, 3, 3))
+        )
+        return {
+            "c1": jax.random.normal(k1, shape1, dtype) * 0.4,
+            "c2": jax.random.normal(k2, shape2, dtype) * 0.2,
+            "head": jax.random.normal(k3, (8 * 2 * 2,), dtype) * 0.3,
+        }
 
     def apply(p, x):
         h = jax.nn.leaky_relu(_conv(x, p["c1"], layout), 0.2)
@@ -47,21 +51,27 @@ def conv_critic(layout):
 def mlp_critic():
     def init(key, dtype):
         k1, k2 = jax.random.split(key)
-        return {"w1": jax.random.normal(k1, (12, 16), dtype) * 0.8, "b1": jnp.zeros(16, dtype),
-                "w2": jax.random.normal(k2, (16, 1), dtype) * 0.5}
+        return {
+            "w1": jax.random.normal(k1, (12, 16), dtype) * 0.8,
+            "b1": jnp.zeros(16, dtype),
+            "w2": jax.random.normal(k2, (16, 1), dtype) * 0.5,
+        }
 
     def apply(p, x):
-        return jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"]   # (B, 1) scores
+        return jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"]  # (B, 1) scores
 
     return init, apply, (12,)
 
 
 def pytree_critic():
     """x = {"img": (B, 2, 3), "vec": (B, 5)}: the norm runs over both leaves."""
+
     def init(key, dtype):
         k1, k2 = jax.random.split(key)
-        return {"w": jax.random.normal(k1, (11, 8), dtype) * 0.7,
-                "v": jax.random.normal(k2, (8,), dtype)}
+        return {
+            "w": jax.random.normal(k1, (11, 8), dtype) * 0.7,
+            "v": jax.random.normal(k2, (8,), dtype),
+        }
 
     def apply(p, x):
         flat = jnp.concatenate([x["img"].reshape(x["img"].shape[0], -1), x["vec"]], axis=1)
@@ -70,8 +80,12 @@ def pytree_critic():
     return init, apply, {"img": (2, 3), "vec": (5,)}
 
 
-CRITICS = {"mlp": mlp_critic, "conv-nhwc": functools.partial(conv_critic, "NHWC"),
-           "conv-nchw": functools.partial(conv_critic, "NCHW"), "pytree": pytree_critic}
+CRITICS = {
+    "mlp": mlp_critic,
+    "conv-nhwc": functools.partial(conv_critic, "NHWC"),
+    "conv-nchw": functools.partial(conv_critic, "NCHW"),
+    "pytree": pytree_critic,
+}
 
 
 def problem(name, batch=6, dtype=jnp.float32, seed=0):
@@ -88,10 +102,12 @@ def problem(name, batch=6, dtype=jnp.float32, seed=0):
 
 def loss_fns(apply, x, kind, **options):
     """(ours, naive): params -> penalty, with target 0.8 so samples fall on both sides of it."""
-    ours = lambda p: penalty.gradient_penalty(functools.partial(apply, p), x, kind=kind,
-                                              target=0.8, weight=3.0, **options)
-    naive = lambda p: reference.naive_gradient_penalty(functools.partial(apply, p), x, kind=kind,
-                                                       target=0.8, weight=3.0)
+    ours = lambda p: penalty.gradient_penalty(
+        functools.partial(apply, p), x, kind=kind, target=0.8, weight=3.0, **options
+    )
+    naive = lambda p: reference.naive_gradient_penalty(
+        functools.partial(apply, p), x, kind=kind, target=0.8, weight=3.0
+    )
     return ours, naive
 
 
@@ -120,8 +136,9 @@ def assert_close(ours, ref, rtol):
 
 
 def check_all_orders(ours, naive, params, rtol):
-    tangent = jax.tree.map(lambda p: jnp.cos(jnp.arange(p.size, dtype=p.dtype)).reshape(p.shape),
-                           params)
+    tangent = jax.tree.map(
+        lambda p: jnp.cos(jnp.arange(p.size, dtype=p.dtype)).reshape(p.shape), params
+    )
     np.testing.assert_allclose(ours(params), naive(params), rtol=rtol)
     assert_close(jax.grad(ours)(params), jax.grad(naive)(params), rtol)
     assert_close(hvp(ours, params, tangent), hvp(naive, params, tangent), rtol)
@@ -139,8 +156,9 @@ def test_default_second_order_equals_naive_to_third_order(name, kind):
 @pytest.mark.parametrize("remat", [None, "nothing", "dots"])
 def test_every_strategy_and_remat_equals_naive(second_order, remat):
     apply, params, x = problem("conv-nhwc")
-    ours, naive = loss_fns(apply, x, "wgan-gp", backend="xla", second_order=second_order,
-                           remat=remat)
+    ours, naive = loss_fns(
+        apply, x, "wgan-gp", backend="xla", second_order=second_order, remat=remat
+    )
     check_all_orders(ours, naive, params, rtol=1e-5)
 
 
@@ -185,12 +203,16 @@ def test_a_wrong_backward_would_be_caught():
 def test_bf16_critic_gives_float32_penalty_and_bf16_cotangents():
     apply, params, x = problem("conv-nhwc", dtype=jnp.bfloat16)
     value, grads = jax.value_and_grad(
-        lambda p: penalty.gradient_penalty(functools.partial(apply, p), x))(params)
+        lambda p: penalty.gradient_penalty(functools.partial(apply, p), x)
+    )(params)
     assert value.dtype == jnp.float32
     assert all(g.dtype == jnp.bfloat16 for g in jax.tree.leaves(grads))
     params32 = jax.tree.map(lambda p: p.astype(jnp.float32), params)
-    ref = jax.grad(lambda p: reference.naive_gradient_penalty(
-        functools.partial(apply, p), x.astype(jnp.float32)))(params32)
+    ref = jax.grad(
+        lambda p: reference.naive_gradient_penalty(
+            functools.partial(apply, p), x.astype(jnp.float32)
+        )
+    )(params32)
     assert_close(jax.tree.map(lambda g: g.astype(jnp.float32), grads), ref, 0.05)
 
 
@@ -209,11 +231,15 @@ def test_forward_mode_of_the_penalty_itself_names_the_alternatives():
     fn = lambda p: penalty.gradient_penalty(functools.partial(apply, p), x)
     with pytest.raises(TypeError, match="fastgp.*second_order='reverse'"):
         jax.jvp(fn, (params,), (params,))
-    reverse = lambda p: penalty.gradient_penalty(functools.partial(apply, p), x,
-                                                 second_order="reverse")
+    reverse = lambda p: penalty.gradient_penalty(
+        functools.partial(apply, p), x, second_order="reverse"
+    )
     naive = lambda p: reference.naive_gradient_penalty(functools.partial(apply, p), x)
-    np.testing.assert_allclose(jax.jvp(reverse, (params,), (params,))[1],
-                               jax.jvp(naive, (params,), (params,))[1], rtol=1e-5)
+    np.testing.assert_allclose(
+        jax.jvp(reverse, (params,), (params,))[1],
+        jax.jvp(naive, (params,), (params,))[1],
+        rtol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("second_order", penalty.SECOND_ORDER)
@@ -221,17 +247,27 @@ def test_sharded_on_4_devices_equals_one_device_to_third_order(second_order):
     apply, params, x = problem("conv-nhwc", batch=8)
     mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
     xs = jax.device_put(x, NamedSharding(mesh, P("data")))
-    tangent = jax.tree.map(lambda p: jnp.cos(jnp.arange(p.size, dtype=p.dtype)).reshape(p.shape),
-                           params)
+    tangent = jax.tree.map(
+        lambda p: jnp.cos(jnp.arange(p.size, dtype=p.dtype)).reshape(p.shape), params
+    )
 
     def derivatives(p, y, t):
-        fn = lambda q: penalty.gradient_penalty(functools.partial(apply, q), y, kind="wgan-lp",
-                                                target=0.8, weight=3.0, axis_name="data",
-                                                second_order=second_order)
+        fn = lambda q: penalty.gradient_penalty(
+            functools.partial(apply, q),
+            y,
+            kind="wgan-lp",
+            target=0.8,
+            weight=3.0,
+            axis_name="data",
+            second_order=second_order,
+        )
         return fn(p), jax.grad(fn)(p), hvp(fn, p, t), third(fn, p, t)
 
-    sharded = jax.jit(jax.shard_map(derivatives, mesh=mesh, in_specs=(P(), P("data"), P()),
-                                    out_specs=P(), check_vma=True))
+    sharded = jax.jit(
+        jax.shard_map(
+            derivatives, mesh=mesh, in_specs=(P(), P("data"), P()), out_specs=P(), check_vma=True
+        )
+    )
     ours = sharded(params, xs, tangent)
     _, naive = loss_fns(apply, x, "wgan-lp")
     np.testing.assert_allclose(ours[0], naive(params), rtol=1e-5)

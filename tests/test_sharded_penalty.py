@@ -31,14 +31,16 @@ def sharded_value_and_grad(devices, backend, kind):
 
     def step(params, real, fake):
         x_hat = penalty.interpolate(key, real, fake, axis_name="data")
-        loss = lambda p: penalty.gradient_penalty(lambda y: critic(p, y), x_hat, kind=kind,
-                                                  backend=backend, axis_name="data")
+        loss = lambda p: penalty.gradient_penalty(
+            lambda y: critic(p, y), x_hat, kind=kind, backend=backend, axis_name="data"
+        )
         value, grads = jax.value_and_grad(loss)(params)
         # Stack every shard's copy (out_specs P("data")) so the test can check they agree.
         return value[None], jax.tree.map(lambda g: g[None], grads)
 
-    fn = jax.shard_map(step, mesh=mesh, in_specs=(P(), P("data"), P("data")),
-                       out_specs=P("data"), check_vma=True)
+    fn = jax.shard_map(
+        step, mesh=mesh, in_specs=(P(), P("data"), P("data")), out_specs=P("data"), check_vma=True
+    )
     return jax.jit(fn)(params, real, fake)
 
 
@@ -49,9 +51,18 @@ def single_device_value_and_grad(kind):
     return jax.value_and_grad(loss)(params)
 
 
-@pytest.mark.parametrize("devices,backend", [(1, "xla"), (2, "tpu-interpret"), (3, "xla"),
-                                             (4, "tpu-interpret"), (4, "xla"), (8, "xla"),
-                                             (8, "auto")])
+@pytest.mark.parametrize(
+    "devices,backend",
+    [
+        (1, "xla"),
+        (2, "tpu-interpret"),
+        (3, "xla"),
+        (4, "tpu-interpret"),
+        (4, "xla"),
+        (8, "xla"),
+        (8, "auto"),
+    ],
+)
 @pytest.mark.parametrize("kind", ["wgan-gp", "r1"])
 def test_global_penalty_and_gradients_equal_single_device(devices, backend, kind):
     values, grads = sharded_value_and_grad(devices, backend, kind)
@@ -62,8 +73,9 @@ def test_global_penalty_and_gradients_equal_single_device(devices, backend, kind
     for name, g in grads.items():
         g = np.asarray(g)
         assert np.all(g == g[:1]), f"{name}: shards hold different gradients"
-        np.testing.assert_allclose(g[0], grads_ref[name], rtol=1e-4,
-                                   atol=1e-6 * float(jnp.max(jnp.abs(grads_ref[name]))))
+        np.testing.assert_allclose(
+            g[0], grads_ref[name], rtol=1e-4, atol=1e-6 * float(jnp.max(jnp.abs(grads_ref[name])))
+        )
 
 
 def test_per_shard_mean_would_be_caught():

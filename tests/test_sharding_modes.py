@@ -28,11 +28,15 @@ KERNEL_BACKENDS = ["interpret", "tpu-interpret"]
 
 # --- Critics the library knows nothing about ----------------------------------------------------
 
+
 def mlp():
     def init(key):
         k1, k2 = jax.random.split(key)
-        return {"w1": jax.random.normal(k1, (12, 16)) * 0.6, "b1": jnp.zeros(16),
-                "w2": jax.random.normal(k2, (16,)) * 0.5}
+        return {
+            "w1": jax.random.normal(k1, (12, 16)) * 0.6,
+            "b1": jnp.zeros(16),
+            "w2": jax.random.normal(k2, (16,)) * 0.5,
+        }
 
     def apply(p, x):
         return jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"]
@@ -43,12 +47,15 @@ def mlp():
 def nhwc_conv():
     def init(key):
         k1, k2 = jax.random.split(key)
-        return {"c1": jax.random.normal(k1, (3, 3, 3, 8)) * 0.4,
-                "head": jax.random.normal(k2, (4 * 4 * 8,)) * 0.3}
+        return {
+            "c1": jax.random.normal(k1, (3, 3, 3, 8)) * 0.4,
+            "head": jax.random.normal(k2, (4 * 4 * 8,)) * 0.3,
+        }
 
     def apply(p, x):
-        h = lax.conv_general_dilated(x, p["c1"], (2, 2), "SAME",
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        h = lax.conv_general_dilated(
+            x, p["c1"], (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
         return jax.nn.leaky_relu(h, 0.2).reshape(x.shape[0], -1) @ p["head"]
 
     return init, apply, jnp.zeros((BATCH, 8, 8, 3))
@@ -74,8 +81,12 @@ def problem(name):
     keys = jax.random.split(jax.random.PRNGKey(7), 3)
     params = init(keys[0])
     leaves, tree = jax.tree.flatten(template)
-    x = tree.unflatten([jax.random.normal(k, leaf.shape) for k, leaf in
-                        zip(jax.random.split(keys[1], len(leaves)), leaves)])
+    x = tree.unflatten(
+        [
+            jax.random.normal(k, leaf.shape)
+            for k, leaf in zip(jax.random.split(keys[1], len(leaves)), leaves)
+        ]
+    )
     tangent = jax.tree.map(lambda a: jax.random.normal(keys[2], a.shape), params)
     return apply, params, x, tangent
 
@@ -92,7 +103,8 @@ def figures(penalty_fn, apply, params, x, tangent):
 def naive_figures(name):
     apply, params, x, tangent = problem(name)
     return jax.jit(functools.partial(figures, reference.naive_gradient_penalty, apply))(
-        params, x, tangent)
+        params, x, tangent
+    )
 
 
 # --- Sharding modes -----------------------------------------------------------------------------
@@ -100,8 +112,11 @@ def naive_figures(name):
 # x's PartitionSpec per leaf: the batch over "data", and on the 2-D mesh a reduced axis (a
 # feature, spatial or image axis) over "model".
 BATCH_SPEC = {"mlp": P("data"), "nhwc-conv": P("data"), "pytree": P("data")}
-MODEL_SPEC = {"mlp": P("data", "model"), "nhwc-conv": P("data", "model"),
-              "pytree": {"img": P("data", "model"), "vec": P("data", "model")}}
+MODEL_SPEC = {
+    "mlp": P("data", "model"),
+    "nhwc-conv": P("data", "model"),
+    "pytree": {"img": P("data", "model"), "vec": P("data", "model")},
+}
 MODES = ("jit-batch", "jit-2d", "jit-replicated", "explicit", "explicit-2d", "shard_map")
 
 
@@ -129,8 +144,11 @@ def compiled_figures(mode, devices, name, backend):
     if mode == "shard_map":
         mesh = mesh_for(mode, devices)
         inner = functools.partial(figures, functools.partial(ours, axis_name="data"), apply)
-        fn = jax.jit(jax.shard_map(inner, mesh=mesh, in_specs=(P(), P("data"), P()),
-                                   out_specs=P(), check_vma=True))
+        fn = jax.jit(
+            jax.shard_map(
+                inner, mesh=mesh, in_specs=(P(), P("data"), P()), out_specs=P(), check_vma=True
+            )
+        )
         args = (params, jax.device_put(x, NamedSharding(mesh, P("data"))), tangent)
         return fn(*args), fn.lower(*args).compile().as_text()
     explicit = mode.startswith("explicit")
@@ -140,8 +158,11 @@ def compiled_figures(mode, devices, name, backend):
     replicated = jax.tree.map(lambda _: named(P()), params)
     if explicit:
         fn = jax.jit(step)
-        args = (jax.device_put(params, replicated), jax.device_put(x, x_sharding),
-                jax.device_put(tangent, replicated))
+        args = (
+            jax.device_put(params, replicated),
+            jax.device_put(x, x_sharding),
+            jax.device_put(tangent, replicated),
+        )
         with jax.set_mesh(mesh):
             return fn(*args), fn.lower(*args).compile().as_text()
     fn = jax.jit(step, in_shardings=(replicated, x_sharding, replicated))
@@ -154,8 +175,11 @@ _COLLECTIVE = re.compile(r"= [^\n]*? (all-reduce|all-gather)(?:-start)?\(([^)]*)
 def collectives(hlo_text, op):
     """The number of arrays that ``op`` instructions (all-reduce, all-gather) carry: XLA's
     combiner packs several into one tuple-shaped instruction, so instructions are not counted."""
-    return sum(len(match.group(2).split(",")) for match in _COLLECTIVE.finditer(hlo_text)
-               if match.group(1) == op)
+    return sum(
+        len(match.group(2).split(","))
+        for match in _COLLECTIVE.finditer(hlo_text)
+        if match.group(1) == op
+    )
 
 
 def assert_matches_naive(got, name):
@@ -179,6 +203,7 @@ def refusal(mode, backend):
 
 # --- Value, gradients and HVP equal the naive penalty in every mode ------------------------------
 
+
 @pytest.mark.parametrize("devices", [4, 8])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(CRITICS))
@@ -193,7 +218,7 @@ def test_kernel_equals_naive_and_adds_no_collective(backend, name, mode, devices
     _, xla_text = compiled_figures(mode, devices, name, "xla")
     assert collectives(text, "all-gather") <= collectives(xla_text, "all-gather")
     assert collectives(text, "all-reduce") <= collectives(xla_text, "all-reduce")
-    if not mode.endswith("2d"):   # on 2-D meshes the critic's own layers may gather x
+    if not mode.endswith("2d"):  # on 2-D meshes the critic's own layers may gather x
         assert collectives(text, "all-gather") == 0
 
 
@@ -210,12 +235,21 @@ def test_gpu_interpret_partitions_like_the_tpu_kernels(mode):
 
 # --- The partial sums' one all-reduce -----------------------------------------------------------
 
+
 @pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
-@pytest.mark.parametrize("spec,all_reduces", [(P("data"), 0), (P("data", "model"), 1),
-                                              (P(None, None, "model"), 1), (P(), 0),
-                                              (P(("data", "model")), 0)])
-def test_norms_need_one_all_reduce_exactly_when_a_reduced_axis_is_sharded(spec, all_reduces,
-                                                                          axis_type):
+@pytest.mark.parametrize(
+    "spec,all_reduces",
+    [
+        (P("data"), 0),
+        (P("data", "model"), 1),
+        (P(None, None, "model"), 1),
+        (P(), 0),
+        (P(("data", "model")), 0),
+    ],
+)
+def test_norms_need_one_all_reduce_exactly_when_a_reduced_axis_is_sharded(
+    spec, all_reduces, axis_type
+):
     g = jax.random.normal(jax.random.PRNGKey(1), (BATCH, 8, 6, 3))
     mesh = mesh_for("2d", 8, axis_type)
     sharded = jax.device_put(g, NamedSharding(mesh, spec))
@@ -225,35 +259,47 @@ def test_norms_need_one_all_reduce_exactly_when_a_reduced_axis_is_sharded(spec, 
         norms = fn(sharded)
     assert collectives(text, "all-reduce") == all_reduces
     assert collectives(text, "all-gather") == 0
-    np.testing.assert_allclose(norms, np.sqrt(np.sum(np.asarray(g, np.float64) ** 2, (1, 2, 3))),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        norms, np.sqrt(np.sum(np.asarray(g, np.float64) ** 2, (1, 2, 3))), rtol=1e-6
+    )
     batch_spec = P(spec[0] if len(spec) else None)
     assert norms.sharding.is_equivalent_to(NamedSharding(mesh, batch_spec), 1)
 
 
 # --- What cannot be partitioned says so ----------------------------------------------------------
 
+
 def test_uneven_split_of_a_reduced_axis_is_an_error_naming_the_sharding():
     """JAX refuses uneven shards of arrays it places; the partitioner may still choose them for
     an intermediate (here through a sharding constraint), and the kernel would sum the padding."""
     g = jax.random.normal(jax.random.PRNGKey(2), (BATCH, 3, 8))
     mesh = Mesh(np.array(jax.devices()[:4]), ("model",))
-    norms = lambda spec: jax.jit(lambda g: penalty.grad_norms(
-        lax.with_sharding_constraint(g, NamedSharding(mesh, spec)), backend="interpret"))(g)
+    norms = lambda spec: jax.jit(
+        lambda g: penalty.grad_norms(
+            lax.with_sharding_constraint(g, NamedSharding(mesh, spec)), backend="interpret"
+        )
+    )(g)
     expected = np.sqrt(np.sum(np.asarray(g, np.float64) ** 2, axis=(1, 2)))
     np.testing.assert_allclose(norms(P(None, None, "model")), expected, rtol=1e-6)
-    with pytest.raises(Exception, match=r"P\(None, 'model', None\).*dimension 1 \(size 3\) "
-                                        r"over 4 devices unevenly"):
+    with pytest.raises(
+        Exception,
+        match=r"P\(None, 'model', None\).*dimension 1 \(size 3\) "
+        r"over 4 devices unevenly",
+    ):
         norms(P(None, "model"))
 
 
 def test_ragged_batch_shards_are_exact():
     g = jax.random.normal(jax.random.PRNGKey(3), (6, 5, 8))
     mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
-    norms = jax.jit(lambda g: penalty.grad_norms(
-        lax.with_sharding_constraint(g, NamedSharding(mesh, P("data"))), backend="interpret"))(g)
-    np.testing.assert_allclose(norms, np.sqrt(np.sum(np.asarray(g, np.float64) ** 2, (1, 2))),
-                               rtol=1e-6)
+    norms = jax.jit(
+        lambda g: penalty.grad_norms(
+            lax.with_sharding_constraint(g, NamedSharding(mesh, P("data"))), backend="interpret"
+        )
+    )(g)
+    np.testing.assert_allclose(
+        norms, np.sqrt(np.sum(np.asarray(g, np.float64) ** 2, (1, 2))), rtol=1e-6
+    )
 
 
 def test_pallas_under_auto_sharding_names_the_missing_tpu_partitioner():
@@ -262,6 +308,7 @@ def test_pallas_under_auto_sharding_names_the_missing_tpu_partitioner():
     pytest.importorskip("jax.experimental.topologies")
     import pathlib
     import sys
+
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
     import compiled_figures as cf
 
@@ -290,7 +337,8 @@ def test_vmapped_penalty_and_gradients_equal_each_batch_on_its_own(backend):
     stack = jnp.stack([x, 2 * x, -x])
     loss = lambda p, x, fn: fn(functools.partial(apply, p), x)
     ours = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, None))(
-        params, stack, functools.partial(penalty.gradient_penalty, backend=backend))
+        params, stack, functools.partial(penalty.gradient_penalty, backend=backend)
+    )
     for i, xi in enumerate(stack):
         naive = jax.value_and_grad(loss)(params, xi, reference.naive_gradient_penalty)
         for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(naive)):
@@ -320,7 +368,9 @@ def test_gspmd_callbacks_partition_like_the_shardy_rule():
     """With Shardy off, the GSPMD callbacks (infer_sharding_from_operands, partition) do it."""
     import subprocess
     import sys
+
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    run = subprocess.run([sys.executable, "-c", GSPMD_SCRIPT], capture_output=True, text=True,
-                         timeout=300, env=env)
+    run = subprocess.run(
+        [sys.executable, "-c", GSPMD_SCRIPT], capture_output=True, text=True, timeout=300, env=env
+    )
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]

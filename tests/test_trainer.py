@@ -31,8 +31,14 @@ def _last_json(stdout: str) -> dict:
 
 
 def _run(args, timeout=300, **env):
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, env={**os.environ, "JAX_PLATFORMS": "cpu", **env})
+    proc = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
+    )
     return proc
 
 
@@ -57,30 +63,73 @@ EQUALITY_CASES = [
 
 @pytest.mark.parametrize("devices,backend,kind,via", EQUALITY_CASES)
 def test_sharded_equals_naive(devices, backend, kind, via):
-    argv = ["--devices", str(devices), "--steps", "3", "--batch-size", "24", "--n-critic", "2",
-            "--backend", backend, "--gp-kind", kind]
+    argv = [
+        "--devices",
+        str(devices),
+        "--steps",
+        "3",
+        "--batch-size",
+        "24",
+        "--n-critic",
+        "2",
+        "--backend",
+        backend,
+        "--gp-kind",
+        kind,
+    ]
     if via == "module":
         proc = _run(["-m", "fastgp.train.selfcheck", *argv])
     else:
-        code = ("import sys, jax; jax.devices(); from fastgp.train.selfcheck import main; "
-                f"sys.exit(main({argv!r}))")
+        code = (
+            "import sys, jax; jax.devices(); from fastgp.train.selfcheck import main; "
+            f"sys.exit(main({argv!r}))"
+        )
         proc = _run(["-c", code])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = _last_json(proc.stdout)
     assert result["ok"] is True
-    assert result["mesh"] == {"axis_names": ["data"], "shape": [devices], "platform": "cpu",
-                              "devices": [f"cpu:{i}" for i in range(devices)]}
+    assert result["mesh"] == {
+        "axis_names": ["data"],
+        "shape": [devices],
+        "platform": "cpu",
+        "devices": [f"cpu:{i}" for i in range(devices)],
+    }
     diffs = result["max_rel_diff"]
-    assert set(diffs) == {"critic_loss", "penalty", "wasserstein", "generator_loss", "norm_stats",
-                          "critic_grads", "generator_grads", "params", "param_updates"}
+    assert set(diffs) == {
+        "critic_loss",
+        "penalty",
+        "wasserstein",
+        "generator_loss",
+        "norm_stats",
+        "critic_grads",
+        "generator_grads",
+        "params",
+        "param_updates",
+    }
     assert max(diffs[k] for k in ("critic_grads", "generator_grads")) <= 1e-5
     assert max(diffs.values()) <= 1e-4
     assert result["nonfinite_norms"] == 0
 
 
 def test_lazy_regularisation_equals_naive():
-    proc = _run(["-m", "fastgp.train.selfcheck", "--devices", "3", "--steps", "3", "--batch-size", "24",
-                 "--n-critic", "2", "--gp-every", "3", "--backend", "xla"])
+    proc = _run(
+        [
+            "-m",
+            "fastgp.train.selfcheck",
+            "--devices",
+            "3",
+            "--steps",
+            "3",
+            "--batch-size",
+            "24",
+            "--n-critic",
+            "2",
+            "--gp-every",
+            "3",
+            "--backend",
+            "xla",
+        ]
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _last_json(proc.stdout)["ok"] is True
 
@@ -88,8 +137,24 @@ def test_lazy_regularisation_equals_naive():
 @pytest.mark.parametrize("backend", ["xla", "tpu-interpret"])
 def test_nested_reverse_trainer_equals_naive(backend):
     """The sharded trainer with second_order="reverse" against the naive nested-grad trainer."""
-    proc = _run(["-m", "fastgp.train.selfcheck", "--devices", "2", "--steps", "3", "--batch-size", "16",
-                 "--n-critic", "2", "--backend", backend, "--second-order", "reverse"])
+    proc = _run(
+        [
+            "-m",
+            "fastgp.train.selfcheck",
+            "--devices",
+            "2",
+            "--steps",
+            "3",
+            "--batch-size",
+            "16",
+            "--n-critic",
+            "2",
+            "--backend",
+            backend,
+            "--second-order",
+            "reverse",
+        ]
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = _last_json(proc.stdout)
     assert result["ok"] is True and result["config"]["second_order"] == "reverse"
@@ -98,8 +163,23 @@ def test_nested_reverse_trainer_equals_naive(backend):
 
 def test_digits_conv_critic_equals_naive():
     """The digits recipe's conv pair (NHWC) through the kernel in TPU-interpret mode, float32."""
-    proc = _run(["-m", "fastgp.train.selfcheck", "--dataset", "digits", "--devices", "2",
-                 "--steps", "2", "--batch-size", "32", "--n-critic", "2"], timeout=600)
+    proc = _run(
+        [
+            "-m",
+            "fastgp.train.selfcheck",
+            "--dataset",
+            "digits",
+            "--devices",
+            "2",
+            "--steps",
+            "2",
+            "--batch-size",
+            "32",
+            "--n-critic",
+            "2",
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = _last_json(proc.stdout)
     assert result["ok"] is True and result["dataset"] == "digits"
@@ -115,9 +195,25 @@ def test_digits_bf16_multi_block_equals_naive():
     from fastgp.kernels.tiling import lane_blocks, row_blocks
 
     assert lane_blocks(64, 1, 192).batch < 192 and row_blocks(192, 64, 2).batch < 192
-    proc = _run(["-m", "fastgp.train.selfcheck", "--dataset", "digits", "--precision", "bf16",
-                 "--devices", "2", "--steps", "1", "--batch-size", "384", "--n-critic", "2"],
-                timeout=600)
+    proc = _run(
+        [
+            "-m",
+            "fastgp.train.selfcheck",
+            "--dataset",
+            "digits",
+            "--precision",
+            "bf16",
+            "--devices",
+            "2",
+            "--steps",
+            "1",
+            "--batch-size",
+            "384",
+            "--n-critic",
+            "2",
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = _last_json(proc.stdout)
     assert result["ok"] is True and result["config"]["precision"] == "bf16"
@@ -135,15 +231,25 @@ def test_fused_and_unfused_runs_agree(problem, gp_every):
     from fastgp.train.trainer import make_mesh
 
     if problem == "toy":
-        models = (mlp([2, 16, 2], "gelu"), mlp([2, 16, 1], "gelu"),
-                  lambda key, n: jax.random.normal(key, (n, 2)))
+        models = (
+            mlp([2, 16, 2], "gelu"),
+            mlp([2, 16, 1], "gelu"),
+            lambda key, n: jax.random.normal(key, (n, 2)),
+        )
         latent = 2
     else:
         images = np.asarray(jax.random.uniform(jax.random.PRNGKey(3), (40, 8, 8, 1)) * 2 - 1)
         models = (conv_generator(8, 4, "gelu"), conv_critic(4, "gelu"), index_sampler(images))
         latent = 8
-    config = TrainConfig(batch_size=8, n_critic=3, gp_every=gp_every, backend="xla",
-                         latent_dim=latent, lr_g=1e-3, lr_d=1e-3)
+    config = TrainConfig(
+        batch_size=8,
+        n_critic=3,
+        gp_every=gp_every,
+        backend="xla",
+        latent_dim=latent,
+        lr_g=1e-3,
+        lr_d=1e-3,
+    )
     mesh = make_mesh(jax.devices()[:2])
     runs = {}
     for fused in (True, False):
@@ -161,17 +267,25 @@ def test_fused_and_unfused_runs_agree(problem, gp_every):
     np.testing.assert_array_equal(metrics["gp_applied"], fused_metrics["gp_applied"])
     expected = [[(i * 3 + k) % gp_every == 0 for k in range(3)] for i in range(3)]
     np.testing.assert_array_equal(metrics["gp_applied"], expected)
-    for a, b in zip(jax.tree.leaves((state, metrics)), jax.tree.leaves((fused_state,
-                                                                        fused_metrics))):
-        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
-                                   rtol=1e-5, atol=1e-6, equal_nan=True)
+    for a, b in zip(
+        jax.tree.leaves((state, metrics)), jax.tree.leaves((fused_state, fused_metrics))
+    ):
+        np.testing.assert_allclose(
+            np.asarray(a, np.float64),
+            np.asarray(b, np.float64),
+            rtol=1e-5,
+            atol=1e-6,
+            equal_nan=True,
+        )
 
 
 def test_unfused_is_the_cpu_default():
     from fastgp.train.trainer import make_mesh
 
-    assert Trainer(TrainConfig(batch_size=8), *_toy_models(),
-                   mesh=make_mesh(jax.devices()[:1])).fused is False
+    assert (
+        Trainer(TrainConfig(batch_size=8), *_toy_models(), mesh=make_mesh(jax.devices()[:1])).fused
+        is False
+    )
 
 
 def test_gp_schedule_is_lazy_and_rescaled():
@@ -198,8 +312,10 @@ def test_index_sampler_draws_rows_of_the_dataset():
 def test_summarize_reads_the_last_step_and_the_replica_spread():
     iterations, n_critic, devices = 2, 3, 4
     shape = (iterations, n_critic, devices)
-    metrics = {name: np.full(shape, float(i), np.float32)
-               for i, name in enumerate(["critic_loss", "penalty", "wasserstein"])}
+    metrics = {
+        name: np.full(shape, float(i), np.float32)
+        for i, name in enumerate(["critic_loss", "penalty", "wasserstein"])
+    }
     metrics["norm_mean"] = np.ones(shape, np.float32)
     metrics["norm_min"] = np.arange(devices, dtype=np.float32) * np.ones(shape, np.float32)
     metrics["norm_max"] = metrics["norm_min"] + 1
@@ -207,47 +323,59 @@ def test_summarize_reads_the_last_step_and_the_replica_spread():
     metrics["nonfinite"][-1, -1, 2] = 3
     metrics["gp_applied"] = np.ones(shape[:2], bool)
     metrics["generator_loss"] = np.full((iterations, devices), 5.0, np.float32)
-    metrics["generator_loss"][0, 1] = 5.5                   # core 1 disagreed once
+    metrics["generator_loss"][0, 1] = 5.5  # core 1 disagreed once
     out = summarize(metrics)
-    assert out == {"critic_loss": 0.0, "penalty": 1.0, "wasserstein": 2.0, "generator_loss": 5.0,
-                   "gp_applied": True, "norm_mean": 1.0, "norm_min": 0.0, "norm_max": 4.0,
-                   "nonfinite": 3, "replica_spread": 0.5}
+    assert out == {
+        "critic_loss": 0.0,
+        "penalty": 1.0,
+        "wasserstein": 2.0,
+        "generator_loss": 5.0,
+        "gp_applied": True,
+        "norm_mean": 1.0,
+        "norm_min": 0.0,
+        "norm_max": 4.0,
+        "nonfinite": 3,
+        "replica_spread": 0.5,
+    }
 
 
 # --- the check must catch broken reductions ------------------------------------------------------
+
 
 def test_check_catches_wrong_reductions():
     results = run_worker("wrong_reduction", 2)
     doubled = results["psum_twice_loss"]
     assert doubled["ok"] is False
-    assert doubled["max_rel_diff"]["wasserstein"] > 0.5        # 2x the global means
+    assert doubled["max_rel_diff"]["wasserstein"] > 0.5  # 2x the global means
     assert doubled["max_rel_diff"]["generator_loss"] > 0.5
     assert doubled["max_rel_diff"]["generator_grads"] > 0.5
     per_core = results["per_core_penalty"]
     assert per_core["ok"] is False
-    assert per_core["max_rel_diff"]["penalty"] > 1e-2          # each core sees its own mean
-    assert per_core["max_rel_diff"]["critic_grads"] > 0.5      # and the gradient is summed
+    assert per_core["max_rel_diff"]["penalty"] > 1e-2  # each core sees its own mean
+    assert per_core["max_rel_diff"]["critic_grads"] > 0.5  # and the gradient is summed
 
 
 # --- per-core diagnostics ------------------------------------------------------------------------
 
+
 def test_per_shard_norm_stats_match_naive_slices():
     devices = 4
     out = run_worker("shard_stats", devices)
-    naive = np.asarray(out["naive_norms"])                    # (I, C, B)
-    shards = naive.reshape(naive.shape[:2] + (devices, -1))   # core n holds rows n*b:(n+1)*b
+    naive = np.asarray(out["naive_norms"])  # (I, C, B)
+    shards = naive.reshape(naive.shape[:2] + (devices, -1))  # core n holds rows n*b:(n+1)*b
     sharded = {k: np.asarray(v) for k, v in out["sharded"].items()}
     assert sharded["norm_min"].shape == shards.shape[:3]
     np.testing.assert_allclose(sharded["norm_min"], shards.min(-1), rtol=1e-5)
     np.testing.assert_allclose(sharded["norm_max"], shards.max(-1), rtol=1e-5)
     np.testing.assert_allclose(sharded["norm_mean"], shards.mean(-1), rtol=1e-5)
-    assert np.ptp(sharded["norm_min"], axis=-1).min() > 0   # really per core, not global
+    assert np.ptp(sharded["norm_min"], axis=-1).min() > 0  # really per core, not global
     np.testing.assert_array_equal(sharded["nonfinite"], 0)
     # One NaN real sample at global index 13 (core 13 // 6 = 2) shows up on that core only.
     np.testing.assert_array_equal(out["poisoned_nonfinite"], [[[0, 0, 1, 0]]])
 
 
 # --- precision ------------------------------------------------------------------------------------
+
 
 def test_bf16_is_finite_and_close():
     out = run_worker("bf16", 2)
@@ -259,19 +387,23 @@ def test_bf16_is_finite_and_close():
 
 # --- clear errors ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field,value,match", [
-    ("precision", "fp16", "precision"),
-    ("backend", "cuda", "backend"),
-    ("gp_kind", "wgan", "gp_kind"),
-    ("batch_size", 0, "batch_size"),
-    ("n_critic", 0, "n_critic"),
-    ("gp_every", 1.5, "gp_every"),
-    ("gp_target", 0.0, "gp_target"),
-    ("lr_d", float("nan"), "lr_d"),
-    ("betas", (0.5, 1.0), "betas"),
-    ("decay_fraction", 1.5, "decay_fraction"),
-    ("total_steps", 0, "total_steps"),
-])
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("precision", "fp16", "precision"),
+        ("backend", "cuda", "backend"),
+        ("gp_kind", "wgan", "gp_kind"),
+        ("batch_size", 0, "batch_size"),
+        ("n_critic", 0, "n_critic"),
+        ("gp_every", 1.5, "gp_every"),
+        ("gp_target", 0.0, "gp_target"),
+        ("lr_d", float("nan"), "lr_d"),
+        ("betas", (0.5, 1.0), "betas"),
+        ("decay_fraction", 1.5, "decay_fraction"),
+        ("total_steps", 0, "total_steps"),
+    ],
+)
 def test_config_rejects_bad_flags(field, value, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**{field: value})
@@ -294,6 +426,7 @@ def test_learning_rates_decay_linearly_to_zero_over_the_last_fraction():
 
 def _toy_models():
     from fastgp.train.models import mlp
+
     return mlp([2, 4, 2]), mlp([2, 4, 1]), lambda key, n: jax.random.normal(key, (n, 2))
 
 
@@ -310,15 +443,19 @@ def test_mesh_must_have_one_data_axis():
 
 # --- ahead-of-time compile for a 4-chip TPU v5e mesh --------------------------------------------
 
+
 @pytest.mark.aot
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu (jax[tpu])")
 def test_sharded_step_compiles_for_tpu_v5e_mesh():
     """The toy MLP's (B, 2) input-gradients: "auto" leaves dense leaves to XLA on TPU (see
     fastgp.backends), "pallas" forces the kernel into both compiled programs."""
     out = run_worker("aot", 1, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
-    assert out == {"platform": "tpu", "devices": 4,
-                   "auto": {"critic_step": False, "run": False},
-                   "pallas": {"critic_step": True, "run": True}}
+    assert out == {
+        "platform": "tpu",
+        "devices": 4,
+        "auto": {"critic_step": False, "run": False},
+        "pallas": {"critic_step": True, "run": True},
+    }
 
 
 @pytest.mark.aot
@@ -331,5 +468,7 @@ def test_bf16_input_gradients_reach_the_tpu_kernel():
     for precision in ("f32", "bf16"):
         for program in ("critic_step", "run"):
             assert out[f"pallas {precision}"][program] == [[[precision], ["f32"]]], (
-                precision, program)
+                precision,
+                program,
+            )
             assert out[f"auto {precision}"][program] == [], (precision, program)

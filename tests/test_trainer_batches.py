@@ -14,8 +14,13 @@ from fastgp.train.trainer import Trainer, make_mesh
 def _trainer(dataset, **overrides):
     config = default_config(dataset, backend="xla", **overrides)
     problem = build_problem(dataset, config)
-    return Trainer(config, problem.generator, problem.critic, problem.sample_real,
-                   mesh=make_mesh(jax.devices()[:1]))
+    return Trainer(
+        config,
+        problem.generator,
+        problem.critic,
+        problem.sample_real,
+        mesh=make_mesh(jax.devices()[:1]),
+    )
 
 
 @pytest.mark.parametrize("dataset", ["8gaussians", "25gaussians", "swissroll", "digits"])
@@ -25,8 +30,9 @@ def test_real_batches_are_the_naive_trainers_draws(dataset):
     batches = np.asarray(jax.jit(trainer._real_batches)(state))
     # fastgp.train.naive_trainer draws one batch per critic step, each in its own program.
     draw = jax.jit(lambda key: trainer.sample_real(key, 24).astype(jnp.float32))
-    naive = np.stack([np.asarray(draw(critic_keys(state.key, state.iteration, step)[0]))
-                      for step in range(3)])
+    naive = np.stack(
+        [np.asarray(draw(critic_keys(state.key, state.iteration, step)[0])) for step in range(3)]
+    )
     assert batches.shape == naive.shape and batches.dtype == np.float32
     assert np.array_equal(batches, naive)
 

@@ -63,8 +63,10 @@ def reason(err: BaseException) -> str:
 
 def host_copy(tree):
     """Numpy copy of a pytree of (replicated) jax arrays, from this process's first replica."""
-    return jax.tree.map(lambda a: np.array(a.addressable_data(0)) if isinstance(a, jax.Array)
-                        else np.asarray(a), tree)
+    return jax.tree.map(
+        lambda a: np.array(a.addressable_data(0)) if isinstance(a, jax.Array) else np.asarray(a),
+        tree,
+    )
 
 
 def _ignore_late_callbacks() -> None:
@@ -98,10 +100,12 @@ class Checkpoints:
 
     def __init__(self, directory, max_to_keep: int = 3):
         self.directory = Path(directory).absolute()
-        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                               enable_async_checkpointing=False)
-        self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                              item_names=("state", "meta"))
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False
+        )
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=("state", "meta")
+        )
         _ignore_late_callbacks()
 
     def steps(self) -> list:
@@ -114,8 +118,9 @@ class Checkpoints:
 
     def save(self, step: int, state, meta: dict) -> None:
         """Write ``state`` (host copy) and ``meta`` as checkpoint ``step``; returns when done."""
-        args = ocp.args.Composite(state=ocp.args.StandardSave(host_copy(state)),
-                                  meta=ocp.args.JsonSave(meta))
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(host_copy(state)), meta=ocp.args.JsonSave(meta)
+        )
         try:
             self._manager.save(step, args=args, force=True)
             self._manager.wait_until_finished()
@@ -142,30 +147,33 @@ class Checkpoints:
             if not path.is_file():
                 raise CheckpointDamaged(step, f"{name} is missing")
             if path.stat().st_size != size:
-                raise CheckpointDamaged(step, f"{name} has {path.stat().st_size} bytes, "
-                                              f"{size} were written")
+                raise CheckpointDamaged(
+                    step, f"{name} has {path.stat().st_size} bytes, {size} were written"
+                )
             if _sha256(path) != sha:
                 raise CheckpointDamaged(step, f"{name} changed since it was written")
 
     def meta(self, step: int) -> dict:
         """The metadata saved with checkpoint ``step``."""
         try:
-            meta = self._manager.restore(step, args=ocp.args.Composite(
-                meta=ocp.args.JsonRestore())).meta
+            meta = self._manager.restore(
+                step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+            ).meta
         except Exception as err:
-            raise CheckpointDamaged(step, f"its metadata cannot be read ({reason(err)})") \
-                from None
+            raise CheckpointDamaged(step, f"its metadata cannot be read ({reason(err)})") from None
         if not isinstance(meta, dict) or not {"dataset", "config"} <= set(meta):
             raise CheckpointDamaged(step, "its metadata lacks the run's dataset and config")
         return meta
 
     def state(self, step: int, template):
         """Checkpoint ``step``'s state with the structure, shapes and dtypes of ``template``."""
-        abstract = jax.tree.map(lambda a: np.zeros(np.shape(a), np.asarray(a).dtype),
-                                host_copy(template))
+        abstract = jax.tree.map(
+            lambda a: np.zeros(np.shape(a), np.asarray(a).dtype), host_copy(template)
+        )
         try:
-            restored = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract))).state
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
+            ).state
         except Exception as err:
             raise CheckpointDamaged(step, f"its state cannot be read ({reason(err)})") from None
         return jax.tree.map(np.asarray, restored)
@@ -190,8 +198,11 @@ class Checkpoints:
 
     def _write_digest(self, step: int) -> None:
         root = self.directory / str(step)
-        files = {str(p.relative_to(root)): [p.stat().st_size, _sha256(p)]
-                 for p in sorted(root.rglob("*")) if p.is_file() and p.name != DIGEST}
+        files = {
+            str(p.relative_to(root)): [p.stat().st_size, _sha256(p)]
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != DIGEST
+        }
         tmp = root / (DIGEST + ".tmp")
         with open(tmp, "w") as f:
             json.dump({"files": files}, f)
@@ -219,5 +230,11 @@ class Checkpoints:
             time.sleep(0.02)
 
 
-__all__ = ["DIGEST", "CheckpointDamaged", "CheckpointWriteError", "Checkpoints", "host_copy",
-           "reason"]
+__all__ = [
+    "DIGEST",
+    "CheckpointDamaged",
+    "CheckpointWriteError",
+    "Checkpoints",
+    "host_copy",
+    "reason",
+]

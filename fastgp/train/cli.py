@@ -25,11 +25,16 @@ from fastgp.backends import BACKENDS
 from fastgp.penalty import SECOND_ORDER
 from fastgp.train.data import CHECK_DATASETS, DATASETS
 from fastgp.kernels import KINDS
-from fastgp.train.launcher import (check_port, free_port, set_cpu_devices, start_distributed,
-                                 supervise)
+from fastgp.train.launcher import (
+    check_port,
+    free_port,
+    set_cpu_devices,
+    start_distributed,
+    supervise,
+)
 from fastgp.train.state import INT32_MAX, PRECISIONS
 
-SEED_MAX = 2**32 - 1      # the PRNG key holds 32 bits of the seed; larger seeds would alias
+SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
 
 TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
@@ -44,6 +49,7 @@ signal number); a second one stops at once. One run at a time may use an --out."
 
 # --- argument types: each error names the value; argparse adds the flag ------------------------
 
+
 def _positive_int(text):
     try:
         value = int(text)
@@ -52,8 +58,9 @@ def _positive_int(text):
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     if value > INT32_MAX:
-        raise argparse.ArgumentTypeError(f"must be at most {INT32_MAX} (int32 counters), got "
-                                         f"{value}")
+        raise argparse.ArgumentTypeError(
+            f"must be at most {INT32_MAX} (int32 counters), got {value}"
+        )
     return value
 
 
@@ -67,8 +74,9 @@ def _int(text):
 def _seed(text):
     value = _int(text)
     if not 0 <= value <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"must be an integer in 0..{SEED_MAX} (the random key "
-                                         f"holds 32 bits), got {value}")
+        raise argparse.ArgumentTypeError(
+            f"must be an integer in 0..{SEED_MAX} (the random key holds 32 bits), got {value}"
+        )
     return value
 
 
@@ -78,13 +86,17 @@ def _number(low, high=math.inf, *, open_low=False):
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        if not (math.isfinite(value) and (value > low if open_low else value >= low)
-                and value <= high):
+        if not (
+            math.isfinite(value) and (value > low if open_low else value >= low) and value <= high
+        ):
             bound = f"> {low}" if open_low else f">= {low}"
             raise argparse.ArgumentTypeError(
-                f"must be a finite number {bound}" + (f" and <= {high}" if high < math.inf
-                                                      else "") + f", got {text}")
+                f"must be a finite number {bound}"
+                + (f" and <= {high}" if high < math.inf else "")
+                + f", got {text}"
+            )
         return value
+
     return parse
 
 
@@ -97,119 +109,232 @@ def _port(text):
 
 # --- parsers -------------------------------------------------------------------------------------
 
+
 def _add_parallel_flags(p, devices=None):
-    p.add_argument("--devices", type=_positive_int, default=devices,
-                   help="devices per process (CPU: N simulated devices; default: "
-                        + ("%(default)s)" if devices else "all visible, 1 on CPU)"))
-    p.add_argument("--processes", type=_positive_int, default=1,
-                   help="local processes joined into one JAX job (gloo collectives on CPU); the "
-                        "mesh spans processes x devices (default 1)")
-    p.add_argument("--port", type=_port, default=None,
-                   help="coordinator port on 127.0.0.1 with --processes > 1 (default: a free one)")
+    p.add_argument(
+        "--devices",
+        type=_positive_int,
+        default=devices,
+        help="devices per process (CPU: N simulated devices; default: "
+        + ("%(default)s)" if devices else "all visible, 1 on CPU)"),
+    )
+    p.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=1,
+        help="local processes joined into one JAX job (gloo collectives on CPU); the "
+        "mesh spans processes x devices (default 1)",
+    )
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=None,
+        help="coordinator port on 127.0.0.1 with --processes > 1 (default: a free one)",
+    )
     p.add_argument("--process-id", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--coordinator", default=None, help=argparse.SUPPRESS)
 
 
 def _add_training_flags(p, *, defaults):
     """Flags shared by train and check; ``defaults`` maps dest -> default."""
-    p.add_argument("--steps", type=_positive_int, default=defaults.get("steps"),
-                   help="generator iterations" + (
-                       " (default: the recipe's, 6000 for 8gaussians and swissroll, 10000 for "
-                       "25gaussians, 4500 for digits)" if "steps" not in defaults
-                       else " (default %(default)s)"))
-    p.add_argument("--batch-size", type=_positive_int, default=defaults.get("batch_size"),
-                   help="GLOBAL batch, divisible by processes x devices (default: "
-                        + ("%(default)s)" if "batch_size" in defaults else
-                           "256 for 2-D sets, 64 for digits)"))
-    p.add_argument("--n-critic", type=_positive_int, default=defaults.get("n_critic"),
-                   help="critic steps per generator step" + (
-                       " (default %(default)s)" if "n_critic" in defaults
-                       else " (default 5 for 8gaussians and swissroll, 3 for 25gaussians "
-                                  "and digits)"))
-    p.add_argument("--backend", choices=BACKENDS, default=defaults.get("backend"),
-                   help=defaults.get("backend_help"))
-    p.add_argument("--precision", choices=tuple(PRECISIONS), default=defaults.get("precision"),
-                   help="compute dtype of both networks (default f32)")
-    p.add_argument("--gp-kind", choices=KINDS, default=defaults.get("gp_kind"),
-                   help="penalty: two-sided WGAN-GP, one-sided LP, or R1 (default wgan-gp)")
-    p.add_argument("--gp-every", type=_positive_int, default=defaults.get("gp_every"),
-                   help="apply the penalty on every k-th critic step, weight x k (default "
-                        + ("%(default)s)" if "gp_every" in defaults else "4 for 25gaussians, 1 "
-                                                                         "otherwise)"))
-    p.add_argument("--lr", type=_number(0, open_low=True), default=defaults.get("lr"),
-                   help="Adam learning rate of both networks")
-    p.add_argument("--seed", type=_seed, default=defaults.get("seed"),
-                   help=f"random seed, 0..{SEED_MAX}")
-    p.add_argument("--second-order", choices=SECOND_ORDER, default=defaults.get("second_order"),
-                   help="how the penalty's parameter gradient is taken: reverse-over-forward "
-                        "(the VJP of a JVP of the critic, the default) or reverse (nested grad); "
-                        "both exact")
+    p.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=defaults.get("steps"),
+        help="generator iterations"
+        + (
+            " (default: the recipe's, 6000 for 8gaussians and swissroll, 10000 for "
+            "25gaussians, 4500 for digits)"
+            if "steps" not in defaults
+            else " (default %(default)s)"
+        ),
+    )
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=defaults.get("batch_size"),
+        help="GLOBAL batch, divisible by processes x devices (default: "
+        + ("%(default)s)" if "batch_size" in defaults else "256 for 2-D sets, 64 for digits)"),
+    )
+    p.add_argument(
+        "--n-critic",
+        type=_positive_int,
+        default=defaults.get("n_critic"),
+        help="critic steps per generator step"
+        + (
+            " (default %(default)s)"
+            if "n_critic" in defaults
+            else " (default 5 for 8gaussians and swissroll, 3 for 25gaussians and digits)"
+        ),
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=defaults.get("backend"),
+        help=defaults.get("backend_help"),
+    )
+    p.add_argument(
+        "--precision",
+        choices=tuple(PRECISIONS),
+        default=defaults.get("precision"),
+        help="compute dtype of both networks (default f32)",
+    )
+    p.add_argument(
+        "--gp-kind",
+        choices=KINDS,
+        default=defaults.get("gp_kind"),
+        help="penalty: two-sided WGAN-GP, one-sided LP, or R1 (default wgan-gp)",
+    )
+    p.add_argument(
+        "--gp-every",
+        type=_positive_int,
+        default=defaults.get("gp_every"),
+        help="apply the penalty on every k-th critic step, weight x k (default "
+        + ("%(default)s)" if "gp_every" in defaults else "4 for 25gaussians, 1 otherwise)"),
+    )
+    p.add_argument(
+        "--lr",
+        type=_number(0, open_low=True),
+        default=defaults.get("lr"),
+        help="Adam learning rate of both networks",
+    )
+    p.add_argument(
+        "--seed", type=_seed, default=defaults.get("seed"), help=f"random seed, 0..{SEED_MAX}"
+    )
+    p.add_argument(
+        "--second-order",
+        choices=SECOND_ORDER,
+        default=defaults.get("second_order"),
+        help="how the penalty's parameter gradient is taken: reverse-over-forward "
+        "(the VJP of a JVP of the critic, the default) or reverse (nested grad); "
+        "both exact",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fastgp", description="Fused WGAN-GP gradient penalties: train a GAN with the "
-                                   "data-parallel trainer, or check it against the one-device "
-                                   "reference.")
+        prog="fastgp",
+        description="Fused WGAN-GP gradient penalties: train a GAN with the "
+        "data-parallel trainer, or check it against the one-device "
+        "reference.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,check}")
 
-    train = sub.add_parser("train", help="train a WGAN-GP and write its outputs",
-                           description=TRAIN_HELP)
-    train.add_argument("--dataset", choices=DATASETS, default=None,
-                       help="training data (default 8gaussians; digits = sklearn's 8x8 digits "
-                            "with conv networks)")
-    _add_training_flags(train, defaults={"backend_help": (
-        "penalty implementation. Default auto: XLA on every platform (the compiled TPU steps "
-        "move 0.2-1.3%% fewer bytes than with the kernel); pallas forces the Pallas kernel on "
-        "TPU/GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for checks (far slower)")})
-    train.add_argument("--gp-weight", type=_number(0), default=None,
-                       help="penalty weight lambda (default 1 for 2-D sets, 10 for digits)")
-    train.add_argument("--decay-fraction", type=_number(0, 1), default=None,
-                       help="both learning rates decay linearly to 0 over this final fraction "
-                            "of --steps (default 0.5, 0.6 for 25gaussians; 0 = constant)")
+    train = sub.add_parser(
+        "train", help="train a WGAN-GP and write its outputs", description=TRAIN_HELP
+    )
+    train.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="training data (default 8gaussians; digits = sklearn's 8x8 digits with conv networks)",
+    )
+    _add_training_flags(
+        train,
+        defaults={
+            "backend_help": (
+                "penalty implementation. Default auto: XLA on every platform (the compiled TPU steps "
+                "move 0.2-1.3%% fewer bytes than with the kernel); pallas forces the Pallas kernel on "
+                "TPU/GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for checks (far slower)"
+            )
+        },
+    )
+    train.add_argument(
+        "--gp-weight",
+        type=_number(0),
+        default=None,
+        help="penalty weight lambda (default 1 for 2-D sets, 10 for digits)",
+    )
+    train.add_argument(
+        "--decay-fraction",
+        type=_number(0, 1),
+        default=None,
+        help="both learning rates decay linearly to 0 over this final fraction "
+        "of --steps (default 0.5, 0.6 for 25gaussians; 0 = constant)",
+    )
     _add_parallel_flags(train)
     train.add_argument("--out", default=None, help="output directory (default runs/<dataset>)")
-    train.add_argument("--resume", action="store_true",
-                       help="continue from the newest intact checkpoint in --out (its config is "
-                            "used; flags that contradict it are errors; damaged newer "
-                            "checkpoints are reported and moved to checkpoints-damaged/)")
-    train.add_argument("--log-every", type=_positive_int, default=None,
-                       help="generator steps per metrics.jsonl line (default 100; on --resume "
-                            "the run's)")
-    train.add_argument("--checkpoint-every", type=_positive_int, default=None,
-                       help="generator steps between checkpoints (default 1000; on --resume the "
-                            "run's)")
-    train.add_argument("--eval-every", type=_positive_int, default=None,
-                       help="generator steps between quality evaluations: modes of 2-D "
-                            "mixtures, C2ST and class coverage of digits (default 500; on "
-                            "--resume the run's)")
-    train.add_argument("--eval-samples", type=_positive_int, default=None,
-                       help="generator samples per evaluation (default 2500; digits use at "
-                            "least the metric's 898; on --resume the run's)")
-    train.add_argument("--stop-at", type=_positive_int, default=None,
-                       help="end this invocation after this many generator steps (checkpointed; "
-                            "continue with --resume)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest intact checkpoint in --out (its config is "
+        "used; flags that contradict it are errors; damaged newer "
+        "checkpoints are reported and moved to checkpoints-damaged/)",
+    )
+    train.add_argument(
+        "--log-every",
+        type=_positive_int,
+        default=None,
+        help="generator steps per metrics.jsonl line (default 100; on --resume the run's)",
+    )
+    train.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=None,
+        help="generator steps between checkpoints (default 1000; on --resume the run's)",
+    )
+    train.add_argument(
+        "--eval-every",
+        type=_positive_int,
+        default=None,
+        help="generator steps between quality evaluations: modes of 2-D "
+        "mixtures, C2ST and class coverage of digits (default 500; on "
+        "--resume the run's)",
+    )
+    train.add_argument(
+        "--eval-samples",
+        type=_positive_int,
+        default=None,
+        help="generator samples per evaluation (default 2500; digits use at "
+        "least the metric's 898; on --resume the run's)",
+    )
+    train.add_argument(
+        "--stop-at",
+        type=_positive_int,
+        default=None,
+        help="end this invocation after this many generator steps (checkpointed; "
+        "continue with --resume)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no live progress bar")
 
-    check = sub.add_parser("check", help="sharded trainer vs the one-device oracle (JSON line)",
-                           description="Train the same WGAN-GP (--dataset) with the sharded "
-                                       "trainer and the plain one-device trainer; print one JSON "
-                                       "line of the largest relative differences; exit 1 beyond "
-                                       "tolerance.")
-    _add_training_flags(check, defaults={
-        "steps": 5, "batch_size": 64, "n_critic": 5, "precision": "f32", "gp_kind": "wgan-gp",
-        "gp_every": 1, "lr": 1e-3, "seed": 0, "backend": None,
-        "second_order": "reverse-over-forward",
-        "backend_help": "penalty backend (default: the kernel; tpu-interpret on CPU, xla with "
-                        "--processes > 1)"})
-    check.add_argument("--dataset", choices=CHECK_DATASETS, default=CHECK_DATASETS[0],
-                       help="8gaussians (small GELU MLPs, the default) or digits (the digits "
-                            "recipe's conv critic and generator on 8x8 images)")
+    check = sub.add_parser(
+        "check",
+        help="sharded trainer vs the one-device oracle (JSON line)",
+        description="Train the same WGAN-GP (--dataset) with the sharded "
+        "trainer and the plain one-device trainer; print one JSON "
+        "line of the largest relative differences; exit 1 beyond "
+        "tolerance.",
+    )
+    _add_training_flags(
+        check,
+        defaults={
+            "steps": 5,
+            "batch_size": 64,
+            "n_critic": 5,
+            "precision": "f32",
+            "gp_kind": "wgan-gp",
+            "gp_every": 1,
+            "lr": 1e-3,
+            "seed": 0,
+            "backend": None,
+            "second_order": "reverse-over-forward",
+            "backend_help": "penalty backend (default: the kernel; tpu-interpret on CPU, xla with "
+            "--processes > 1)",
+        },
+    )
+    check.add_argument(
+        "--dataset",
+        choices=CHECK_DATASETS,
+        default=CHECK_DATASETS[0],
+        help="8gaussians (small GELU MLPs, the default) or digits (the digits "
+        "recipe's conv critic and generator on 8x8 images)",
+    )
     _add_parallel_flags(check, devices=8)
     return parser
 
 
 # --- dispatch ------------------------------------------------------------------------------------
+
 
 def _subparser(parser, args):
     return parser._subparsers._group_actions[0].choices[args.command]
@@ -218,12 +343,16 @@ def _subparser(parser, args):
 def backend_problem(backend, platform=None):
     """Why the sharded trainer cannot use ``backend`` (on ``platform``, if known), or None."""
     if backend in ("interpret", "gpu-interpret"):
-        return (f"{backend} (generic Pallas interpret mode) cannot run under shard_map, which the "
-                f"trainer always uses; use tpu-interpret to run the kernel on CPU, or xla")
+        return (
+            f"{backend} (generic Pallas interpret mode) cannot run under shard_map, which the "
+            f"trainer always uses; use tpu-interpret to run the kernel on CPU, or xla"
+        )
     platform = {"cuda": "gpu", "rocm": "gpu"}.get(platform, platform)
     if backend == "pallas" and platform not in (None, "tpu", "gpu"):
-        return (f"pallas runs the kernels on TPU or GPU only and JAX runs on {platform} here; "
-                f"use auto (the default), xla, or tpu-interpret to run the TPU kernel on CPU")
+        return (
+            f"pallas runs the kernels on TPU or GPU only and JAX runs on {platform} here; "
+            f"use auto (the default), xla, or tpu-interpret to run the TPU kernel on CPU"
+        )
     return None
 
 
@@ -231,25 +360,30 @@ def _known_platform(args):
     """The JAX platform, when it is known without starting JAX (JAX_PLATFORMS names one)."""
     platforms = os.environ.get("JAX_PLATFORMS", "")
     if not platforms and args.processes > 1 and args.process_id is None:
-        return "cpu"                     # the supervisor starts its processes on CPU
+        return "cpu"  # the supervisor starts its processes on CPU
     return platforms if platforms and "," not in platforms else None
 
 
 def _validate(parser, args):
     sub = _subparser(parser, args)
     if (args.process_id is None) != (args.coordinator is None) or (
-            args.process_id is not None and not 0 <= args.process_id < args.processes):
-        sub.error("argument --process-id: give it with --coordinator HOST:PORT, in "
-                  "0..--processes-1 (the supervisor started by --processes sets both)")
+        args.process_id is not None and not 0 <= args.process_id < args.processes
+    ):
+        sub.error(
+            "argument --process-id: give it with --coordinator HOST:PORT, in "
+            "0..--processes-1 (the supervisor started by --processes sets both)"
+        )
     if args.processes > 1 and args.process_id is None and args.port is not None:
         try:
             check_port(args.port)
         except OSError as err:
             sub.error(f"argument --port: {err}")
     if args.processes > 1 and args.backend and "interpret" in args.backend:
-        sub.error(f"argument --backend: {args.backend} (Pallas interpret mode) runs within one "
-                  f"process only and hangs across processes; use --backend xla with "
-                  f"--processes {args.processes}")
+        sub.error(
+            f"argument --backend: {args.backend} (Pallas interpret mode) runs within one "
+            f"process only and hangs across processes; use --backend xla with "
+            f"--processes {args.processes}"
+        )
     problem = backend_problem(args.backend, _known_platform(args))
     if problem:
         sub.error(f"argument --backend: {problem}")
@@ -261,9 +395,11 @@ def _validate(parser, args):
             sub.error(f"argument --out: {problem}")
     devices = (args.devices or 1) * args.processes
     if args.batch_size is not None and args.batch_size % devices:
-        sub.error(f"argument --batch-size: {args.batch_size} is not divisible by the {devices} "
-                  f"devices (--devices {args.devices or 1} x --processes {args.processes}); use "
-                  f"a multiple of {devices}")
+        sub.error(
+            f"argument --batch-size: {args.batch_size} is not divisible by the {devices} "
+            f"devices (--devices {args.devices or 1} x --processes {args.processes}); use "
+            f"a multiple of {devices}"
+        )
 
 
 def _supervise(args, argv) -> int:
@@ -272,8 +408,10 @@ def _supervise(args, argv) -> int:
     env = set_cpu_devices(args.devices or 1, dict(os.environ))
     env.setdefault("JAX_PLATFORMS", "cpu")
     base = [sys.executable, "-m", "fastgp.train.cli", *argv]
-    commands = [base + ["--process-id", str(i), "--coordinator", f"127.0.0.1:{port}"]
-                for i in range(args.processes)]
+    commands = [
+        base + ["--process-id", str(i), "--coordinator", f"127.0.0.1:{port}"]
+        for i in range(args.processes)
+    ]
     return supervise(commands, env, graceful=args.command == "train")
 
 
@@ -288,17 +426,33 @@ def _train(args) -> int:
     from fastgp.train.signals import StopRequest
 
     out = _out(args)
-    options = RunOptions(dataset=args.dataset, out=out, log_every=args.log_every,
-                         checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
-                         eval_samples=args.eval_samples, stop_at=args.stop_at,
-                         resume=args.resume, progress=not args.no_progress,
-                         devices=None if args.devices is None else args.devices * args.processes)
-    overrides = {"total_steps": args.steps, "batch_size": args.batch_size,
-                 "n_critic": args.n_critic, "backend": args.backend,
-                 "precision": args.precision, "gp_kind": args.gp_kind,
-                 "gp_every": args.gp_every, "gp_weight": args.gp_weight, "seed": args.seed,
-                 "lr_g": args.lr, "lr_d": args.lr, "decay_fraction": args.decay_fraction,
-                 "second_order": args.second_order}
+    options = RunOptions(
+        dataset=args.dataset,
+        out=out,
+        log_every=args.log_every,
+        checkpoint_every=args.checkpoint_every,
+        eval_every=args.eval_every,
+        eval_samples=args.eval_samples,
+        stop_at=args.stop_at,
+        resume=args.resume,
+        progress=not args.no_progress,
+        devices=None if args.devices is None else args.devices * args.processes,
+    )
+    overrides = {
+        "total_steps": args.steps,
+        "batch_size": args.batch_size,
+        "n_critic": args.n_critic,
+        "backend": args.backend,
+        "precision": args.precision,
+        "gp_kind": args.gp_kind,
+        "gp_every": args.gp_every,
+        "gp_weight": args.gp_weight,
+        "seed": args.seed,
+        "lr_g": args.lr,
+        "lr_d": args.lr,
+        "decay_fraction": args.decay_fraction,
+        "second_order": args.second_order,
+    }
     primary = jax.process_index() == 0
     stop = StopRequest(announce=primary).install()
     try:
@@ -314,10 +468,13 @@ def _train(args) -> int:
     if "stopped_by" not in summary:
         return 0
     if primary:
-        print(f"fastgp train: stopped by {summary['stopped_by']} at step {summary['steps']} of "
-              f"{summary['total_steps']}; checkpoint {summary['steps']} and the outputs are in "
-              f"{out}; continue with: fastgp train --resume --out {out}", file=sys.stderr,
-              flush=True)
+        print(
+            f"fastgp train: stopped by {summary['stopped_by']} at step {summary['steps']} of "
+            f"{summary['total_steps']}; checkpoint {summary['steps']} and the outputs are in "
+            f"{out}; continue with: fastgp train --resume --out {out}",
+            file=sys.stderr,
+            flush=True,
+        )
     return 128 + signal.Signals[summary["stopped_by"]].value
 
 
@@ -327,17 +484,45 @@ def _check(args) -> int:
     from fastgp.train import selfcheck as check
 
     if jax.process_count() == 1:
-        argv = ["--devices", str(args.devices or 1), "--steps", str(args.steps),
-                "--batch-size", str(args.batch_size), "--n-critic", str(args.n_critic),
-                "--gp-kind", args.gp_kind, "--gp-every", str(args.gp_every),
-                "--precision", args.precision, "--lr", str(args.lr), "--seed", str(args.seed),
-                "--second-order", args.second_order, "--dataset", args.dataset]
+        argv = [
+            "--devices",
+            str(args.devices or 1),
+            "--steps",
+            str(args.steps),
+            "--batch-size",
+            str(args.batch_size),
+            "--n-critic",
+            str(args.n_critic),
+            "--gp-kind",
+            args.gp_kind,
+            "--gp-every",
+            str(args.gp_every),
+            "--precision",
+            args.precision,
+            "--lr",
+            str(args.lr),
+            "--seed",
+            str(args.seed),
+            "--second-order",
+            args.second_order,
+            "--dataset",
+            args.dataset,
+        ]
         return check.main(argv + (["--backend", args.backend] if args.backend else []))
-    result = check.run_check(len(jax.devices()), args.steps, args.batch_size,
-                             backend=args.backend or "xla", n_critic=args.n_critic,
-                             gp_kind=args.gp_kind, gp_every=args.gp_every,
-                             precision=args.precision, lr=args.lr, seed=args.seed,
-                             second_order=args.second_order, dataset=args.dataset)
+    result = check.run_check(
+        len(jax.devices()),
+        args.steps,
+        args.batch_size,
+        backend=args.backend or "xla",
+        n_critic=args.n_critic,
+        gp_kind=args.gp_kind,
+        gp_every=args.gp_every,
+        precision=args.precision,
+        lr=args.lr,
+        seed=args.seed,
+        second_order=args.second_order,
+        dataset=args.dataset,
+    )
     result["processes"] = jax.process_count()
     if jax.process_index() == 0:
         print(json.dumps(result), flush=True)
@@ -370,8 +555,9 @@ def main(argv=None) -> int:
     if args.devices is not None:
         if _reexec_needed(args.devices):
             env = set_cpu_devices(args.devices, dict(os.environ, JAX_PLATFORMS="cpu"))
-            return subprocess.run([sys.executable, "-m", "fastgp.train.cli", *argv],
-                                  env=env).returncode
+            return subprocess.run(
+                [sys.executable, "-m", "fastgp.train.cli", *argv], env=env
+            ).returncode
         set_cpu_devices(args.devices)
     if args.process_id is not None:
         start_distributed(args.coordinator, args.processes, args.process_id)

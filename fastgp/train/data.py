@@ -26,8 +26,9 @@ CHECK_DATASETS = ("8gaussians", "digits")
 # (raw centers, raw noise std, divisor) exactly as in gan_toy.py; points are
 # (center + std * N(0, 1)) / divisor.
 _R = 1.0 / math.sqrt(2.0)
-_8_CENTERS = 2.0 * np.array([(1, 0), (-1, 0), (0, 1), (0, -1),
-                             (_R, _R), (_R, -_R), (-_R, _R), (-_R, -_R)])
+_8_CENTERS = 2.0 * np.array(
+    [(1, 0), (-1, 0), (0, 1), (0, -1), (_R, _R), (_R, -_R), (-_R, _R), (-_R, -_R)]
+)
 _25_CENTERS = 2.0 * np.array([(x, y) for x in range(-2, 3) for y in range(-2, 3)])
 _MIXTURES = {
     "8gaussians": (_8_CENTERS, 0.02, 1.414),
@@ -66,8 +67,9 @@ def sample_toy(name: str, key: jax.Array, n: int) -> jax.Array:
 def toy_modes(name: str) -> tuple[np.ndarray, float]:
     """(centers (M, 2) float32, per-axis sigma) of a Gaussian-mixture toy set, in data units."""
     if name == "swissroll":
-        raise ValueError("'swissroll' has no discrete modes; toy_modes needs 8gaussians or "
-                         "25gaussians")
+        raise ValueError(
+            "'swissroll' has no discrete modes; toy_modes needs 8gaussians or 25gaussians"
+        )
     _check_name(name, tuple(_MIXTURES))
     centers, std, divisor = _MIXTURES[name]
     return (centers / divisor).astype(np.float32), std / divisor
@@ -95,8 +97,9 @@ def digit_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.model_selection import train_test_split
 
     target = digit_labels()
-    return train_test_split(np.arange(len(target)), test_size=len(target) // 2, stratify=target,
-                            random_state=seed)
+    return train_test_split(
+        np.arange(len(target)), test_size=len(target) // 2, stratify=target, random_state=seed
+    )
 
 
 def load_digits(split: str | None = None) -> np.ndarray:
@@ -112,5 +115,14 @@ def load_digits(split: str | None = None) -> np.ndarray:
     return images[digit_split()[DIGIT_SPLITS.index(split)]]
 
 
-__all__ = ["CHECK_DATASETS", "DATASETS", "DIGIT_SPLITS", "TOY_DATASETS", "digit_labels",
-           "digit_split", "load_digits", "sample_toy", "toy_modes"]
+__all__ = [
+    "CHECK_DATASETS",
+    "DATASETS",
+    "DIGIT_SPLITS",
+    "TOY_DATASETS",
+    "digit_labels",
+    "digit_split",
+    "load_digits",
+    "sample_toy",
+    "toy_modes",
+]

@@ -30,8 +30,12 @@ def norm_stats(norms):
 def skipped_norm_stats(axis_name):
     """Stats for a critic step whose penalty was skipped (lazy regularisation): nothing measured."""
     nan = lax.pcast(jnp.float32(jnp.nan), axis_name, to="varying")
-    return {"norm_mean": nan, "norm_min": nan, "norm_max": nan,
-            "nonfinite": lax.pcast(jnp.int32(0), axis_name, to="varying")}
+    return {
+        "norm_mean": nan,
+        "norm_min": nan,
+        "norm_max": nan,
+        "nonfinite": lax.pcast(jnp.int32(0), axis_name, to="varying"),
+    }
 
 
 def gather(values, axis_name):
@@ -55,7 +59,7 @@ def gather(values, axis_name):
     table = lax.psum(rows, axis_name)
     out, start = {}, 0
     for name, a in zip(names, arrays):
-        column = table[:, start:start + a.size].reshape((devices,) + a.shape)
+        column = table[:, start : start + a.size].reshape((devices,) + a.shape)
         out[name] = jnp.moveaxis(column, 0, -1).astype(a.dtype)
         start += a.size
     return out
@@ -68,8 +72,11 @@ def summarize(metrics) -> dict:
     norm statistics are combined over cores (mean of means, min of mins, ...).
     """
     last = {name: np.asarray(value)[-1] for name, value in metrics.items()}
-    critic = {name: value[-1] for name, value in last.items()
-              if name not in ("generator_loss", "gp_applied")}
+    critic = {
+        name: value[-1]
+        for name, value in last.items()
+        if name not in ("generator_loss", "gp_applied")
+    }
     return {
         "critic_loss": float(critic["critic_loss"][0]),
         "penalty": float(critic["penalty"][0]),

@@ -43,16 +43,16 @@ class DigitQuality:
     def __init__(self, seed: int = 0):
         from fastgp.train.data import digit_labels, digit_split, load_digits
 
-        images = load_digits().reshape(-1, PIXELS)          # float32 in [-1, 1]
+        images = load_digits().reshape(-1, PIXELS)  # float32 in [-1, 1]
         first, held_out = digit_split(seed)
         self.seed = seed
-        self.train_index, self.held_out_index = first, held_out   # rows of load_digits()
+        self.train_index, self.held_out_index = first, held_out  # rows of load_digits()
         self.train_images = images[first]
         self.held_out = images[held_out]
         self.n_samples = len(held_out)
-        self.gamma = 1.0 / (PIXELS * float(images.var()))   # sklearn's "scale", real data only
+        self.gamma = 1.0 / (PIXELS * float(images.var()))  # sklearn's "scale", real data only
         self.classifier = _svm(self.gamma).fit(images[first], digit_labels()[first])
-        self.floor = self.c2st(self.train_images[:self.n_samples])
+        self.floor = self.c2st(self.train_images[: self.n_samples])
 
     def c2st(self, samples) -> float:
         """2-fold cross-validated accuracy of an RBF SVM separating ``samples`` (n, 64) from the
@@ -69,19 +69,24 @@ class DigitQuality:
         flat = np.asarray(samples, np.float32)
         flat = flat.reshape(flat.shape[0], -1) if flat.ndim else flat
         if flat.ndim != 2 or flat.shape[1] != PIXELS:
-            raise ValueError(f"samples must be (N, 8, 8, 1) or (N, 64) digits, got "
-                             f"{np.shape(samples)}")
+            raise ValueError(
+                f"samples must be (N, 8, 8, 1) or (N, 64) digits, got {np.shape(samples)}"
+            )
         if flat.shape[0] < self.n_samples:
-            raise ValueError(f"the digits metric needs at least {self.n_samples} samples (the "
-                             f"held-out half), got {flat.shape[0]}")
+            raise ValueError(
+                f"the digits metric needs at least {self.n_samples} samples (the "
+                f"held-out half), got {flat.shape[0]}"
+            )
         if not np.all(np.isfinite(flat)):
-            raise ValueError(f"{int(np.sum(~np.all(np.isfinite(flat), 1)))} of {flat.shape[0]} "
-                             f"samples are not finite")
+            raise ValueError(
+                f"{int(np.sum(~np.all(np.isfinite(flat), 1)))} of {flat.shape[0]} "
+                f"samples are not finite"
+            )
         counts = np.bincount(self.classifier.predict(flat), minlength=CLASSES)
         share = counts / counts.sum()
         entropy = -np.sum(share[share > 0] * np.log(share[share > 0])) / np.log(CLASSES)
         return {
-            "c2st_accuracy": round(self.c2st(flat[:self.n_samples]), 4),
+            "c2st_accuracy": round(self.c2st(flat[: self.n_samples]), 4),
             "c2st_floor": round(self.floor, 4),
             "c2st_samples": self.n_samples,
             "classes_covered": int(np.sum(share >= COVERED_SHARE)),

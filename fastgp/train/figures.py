@@ -24,7 +24,7 @@ def _image_grid(images, n=8, pad=1):
     for k in range(count):
         r, c = divmod(k, n)
         top, left = pad + r * (h + pad), pad + c * (w + pad)
-        grid[top:top + h, left:left + w] = images[k]
+        grid[top : top + h, left : left + w] = images[k]
     return grid
 
 
@@ -89,8 +89,11 @@ def _loss_panel(ax, records):
 def _norm_curve_panel(ax, records):
     rows = [r for r in records if r.get("norm_mean") is not None]
     steps = [r["step"] for r in rows]
-    for name, style, combine in (("norm_mean", "-", np.nanmean), ("norm_min", ":", np.nanmin),
-                                 ("norm_max", ":", np.nanmax)):
+    for name, style, combine in (
+        ("norm_mean", "-", np.nanmean),
+        ("norm_min", ":", np.nanmin),
+        ("norm_max", ":", np.nanmax),
+    ):
         values = [combine([v if v is not None else np.nan for v in r[name]]) for r in rows]
         ax.plot(steps, values, style, label=f"{name} ({combine.__name__[3:]} over cores)")
     ax.axhline(1.0, color="k", ls="--", lw=1)

@@ -27,10 +27,10 @@ import sys
 import time
 
 FORCE_FLAG = "--xla_force_host_platform_device_count"
-HEARTBEAT_S = 10          # a peer silent this long is declared dead by the coordination service
-INIT_TIMEOUT_S = 60       # all processes must join within this long
+HEARTBEAT_S = 10  # a peer silent this long is declared dead by the coordination service
+INIT_TIMEOUT_S = 60  # all processes must join within this long
 POLL_S = 0.2
-GRACE_S = 3.0             # after one child fails, the others may exit by themselves this long
+GRACE_S = 3.0  # after one child fails, the others may exit by themselves this long
 
 
 def set_cpu_devices(n: int, env=None) -> dict:
@@ -54,8 +54,10 @@ def check_port(port: int) -> None:
         try:
             s.bind(("0.0.0.0", port))
         except OSError as err:
-            raise OSError(f"port {port} is busy ({err.strerror}); pick another --port or leave "
-                          f"it out to use a free one") from None
+            raise OSError(
+                f"port {port} is busy ({err.strerror}); pick another --port or leave "
+                f"it out to use a free one"
+            ) from None
 
 
 def _child_setup():
@@ -105,8 +107,7 @@ def _graceful(code: int) -> bool:
     return code in (128 + signal.SIGTERM, 128 + signal.SIGINT)
 
 
-def supervise(commands, env=None, *, quiet_others: bool = True,
-              graceful: bool = False) -> int:
+def supervise(commands, env=None, *, quiet_others: bool = True, graceful: bool = False) -> int:
     """Run one process per command (process i gets ``commands[i]``); 0 when all succeed.
 
     Process 0 keeps stdout; the others' stdout is dropped when ``quiet_others`` (their errors still
@@ -123,32 +124,48 @@ def supervise(commands, env=None, *, quiet_others: bool = True,
         for i, cmd in enumerate(commands):
             out = subprocess.DEVNULL if (i and quiet_others) else None
             procs.append(subprocess.Popen(cmd, env=env, stdout=out, preexec_fn=_child_setup))
-            print(f"fastgp: started process {i} of {len(commands)} (pid {procs[-1].pid})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"fastgp: started process {i} of {len(commands)} (pid {procs[-1].pid})",
+                file=sys.stderr,
+                flush=True,
+            )
         while True:
             if len(signals.received) > forwarded:
                 if forwarded or not graceful:
                     _stop(procs)
                     name = signal.Signals(signals.received[-1]).name
-                    print(f"fastgp: {'second ' if forwarded else ''}{name}; killed all "
-                          f"processes", file=sys.stderr, flush=True)
+                    print(
+                        f"fastgp: {'second ' if forwarded else ''}{name}; killed all processes",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     return 128 + signals.received[-1]
                 forwarded = len(signals.received)
                 name = signal.Signals(signals.received[0]).name
-                print(f"fastgp: {name}: asking every process to stop at its next chunk end "
-                      f"({name} again to kill them)", file=sys.stderr, flush=True)
+                print(
+                    f"fastgp: {name}: asking every process to stop at its next chunk end "
+                    f"({name} again to kill them)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 for p in procs:
                     if p.poll() is None:
                         p.send_signal(signals.received[0])
             codes = [p.poll() for p in procs]
-            failed = [(i, c) for i, c in enumerate(codes)
-                      if c not in (None, 0) and not (graceful and _graceful(c))]
+            failed = [
+                (i, c)
+                for i, c in enumerate(codes)
+                if c not in (None, 0) and not (graceful and _graceful(c))
+            ]
             if failed:
                 i, code = failed[0]
                 _stop(procs, grace=GRACE_S)
-                print(f"fastgp: error: process {i} of {len(procs)} (pid {procs[i].pid}) "
-                      f"{_describe(code)}; stopped the other processes", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"fastgp: error: process {i} of {len(procs)} (pid {procs[i].pid}) "
+                    f"{_describe(code)}; stopped the other processes",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return code if code > 0 else 1
             if all(c is not None for c in codes):
                 return max(codes)
@@ -164,10 +181,20 @@ def start_distributed(coordinator: str, num_processes: int, process_id: int) -> 
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id,
-                               initialization_timeout=INIT_TIMEOUT_S,
-                               heartbeat_timeout_seconds=HEARTBEAT_S)
+    jax.distributed.initialize(
+        coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=INIT_TIMEOUT_S,
+        heartbeat_timeout_seconds=HEARTBEAT_S,
+    )
 
 
-__all__ = ["FORCE_FLAG", "check_port", "free_port", "set_cpu_devices", "start_distributed",
-           "supervise"]
+__all__ = [
+    "FORCE_FLAG",
+    "check_port",
+    "free_port",
+    "set_cpu_devices",
+    "start_distributed",
+    "supervise",
+]

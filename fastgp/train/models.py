@@ -65,8 +65,10 @@ def mlp(sizes: Sequence[int], activation: str = "relu") -> Model:
 
     def init(key):
         keys = jax.random.split(key, len(sizes) - 1)
-        return [_dense_init(k, i, o, he and n < len(sizes) - 2)
-                for n, (k, i, o) in enumerate(zip(keys, sizes[:-1], sizes[1:]))]
+        return [
+            _dense_init(k, i, o, he and n < len(sizes) - 2)
+            for n, (k, i, o) in enumerate(zip(keys, sizes[:-1], sizes[1:]))
+        ]
 
     def apply(params, x, dtype=jnp.float32):
         params = _cast(params, dtype)
@@ -99,8 +101,11 @@ def conv_critic(channels: int = 64, activation: str = "leaky_relu") -> Model:
 
     def init(key):
         k1, k2, k3 = jax.random.split(key, 3)
-        return {"conv1": _conv_init(k1, c1, 1), "conv2": _conv_init(k2, c2, c1),
-                "out": _dense_init(k3, c2 * 2 * 2, 1, he=False)}
+        return {
+            "conv1": _conv_init(k1, c1, 1),
+            "conv2": _conv_init(k2, c2, c1),
+            "out": _dense_init(k3, c2 * 2 * 2, 1, he=False),
+        }
 
     def apply(params, x, dtype=jnp.float32):
         p = _cast(params, dtype)
@@ -122,8 +127,11 @@ def conv_generator(latent_dim: int = 32, channels: int = 64, activation: str = "
 
     def init(key):
         k1, k2, k3 = jax.random.split(key, 3)
-        return {"proj": _dense_init(k1, latent_dim, c1 * 2 * 2, he=True),
-                "up1": _conv_init(k2, c2, c1), "up2": _conv_init(k3, 1, c2)}
+        return {
+            "proj": _dense_init(k1, latent_dim, c1 * 2 * 2, he=True),
+            "up1": _conv_init(k2, c2, c1),
+            "up2": _conv_init(k3, 1, c2),
+        }
 
     def apply(params, z, dtype=jnp.float32):
         p = _cast(params, dtype)

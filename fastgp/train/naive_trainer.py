@@ -25,8 +25,15 @@ import numpy as np
 import optax
 
 from fastgp.reference import naive_grad_norms, naive_gradient_penalty
-from fastgp.train.state import (TrainConfig, TrainState, critic_keys, generator_key, gp_schedule,
-                                init_state, optimizers)
+from fastgp.train.state import (
+    TrainConfig,
+    TrainState,
+    critic_keys,
+    generator_key,
+    gp_schedule,
+    init_state,
+    optimizers,
+)
 
 
 class NaiveTrainer:
@@ -65,8 +72,9 @@ class NaiveTrainer:
         iteration ``state.iteration``, both at ``state``'s parameters (no update)."""
         apply_gp, weight = gp_schedule(self.config, int(state.iteration) * self.config.n_critic)
         _, _, critic_grads = self._critic_update(state, 0, bool(apply_gp), weight)
-        return critic_grads, self._generator_grads(state.g_params, state.d_params,
-                                                   self._generator_key(state))
+        return critic_grads, self._generator_grads(
+            state.g_params, state.d_params, self._generator_key(state)
+        )
 
     # --- plain jnp -----------------------------------------------------------------------------
 
@@ -92,9 +100,10 @@ class NaiveTrainer:
             alpha = jax.random.uniform(k_alpha, (real.shape[0],), jnp.float32)
             alpha = alpha.reshape((-1,) + (1,) * (real.ndim - 1))
             points = real + alpha * (fake - real)
-        points = points.astype(cfg.dtype)   # as in the trainer: input-gradients in the compute dtype
-        penalty = naive_gradient_penalty(critic, points, kind=cfg.gp_kind, target=cfg.gp_target,
-                                         weight=weight)
+        points = points.astype(cfg.dtype)  # as in the trainer: input-gradients in the compute dtype
+        penalty = naive_gradient_penalty(
+            critic, points, kind=cfg.gp_kind, target=cfg.gp_target, weight=weight
+        )
         return penalty - wasserstein, (wasserstein, penalty, points)
 
     def _critic_update_impl(self, state: TrainState, step: int, apply_gp: bool, weight: float):
@@ -102,8 +111,8 @@ class NaiveTrainer:
         keys = critic_keys(state.key, state.iteration, step)
         real = self.sample_real(keys[0], cfg.batch_size).astype(jnp.float32)
         (loss, (wasserstein, penalty, points)), grads = jax.value_and_grad(
-            self._critic_loss, has_aux=True)(state.d_params, state.g_params, real, keys, weight,
-                                              apply_gp)
+            self._critic_loss, has_aux=True
+        )(state.d_params, state.g_params, real, keys, weight, apply_gp)
         if apply_gp:
             input_grads = jax.grad(lambda x: jnp.sum(self._scores(state.d_params, x)))(points)
             norms = naive_grad_norms(input_grads)
@@ -111,8 +120,13 @@ class NaiveTrainer:
             norms = jnp.full((cfg.batch_size,), jnp.nan, jnp.float32)
         updates, d_opt = self._opt_d.update(grads, state.d_opt, state.d_params)
         state = state._replace(d_params=optax.apply_updates(state.d_params, updates), d_opt=d_opt)
-        metrics = {"critic_loss": loss, "penalty": penalty, "wasserstein": wasserstein,
-                   "gp_applied": jnp.asarray(apply_gp), "norms": norms}
+        metrics = {
+            "critic_loss": loss,
+            "penalty": penalty,
+            "wasserstein": wasserstein,
+            "gp_applied": jnp.asarray(apply_gp),
+            "norms": norms,
+        }
         return state, metrics, grads
 
     def _generator_key(self, state):
@@ -122,11 +136,15 @@ class NaiveTrainer:
         return -jnp.mean(self._scores(d_params, self._fake(g_params, key)))
 
     def _generator_update_impl(self, state: TrainState):
-        loss, grads = jax.value_and_grad(self._generator_loss)(state.g_params, state.d_params,
-                                                               self._generator_key(state))
+        loss, grads = jax.value_and_grad(self._generator_loss)(
+            state.g_params, state.d_params, self._generator_key(state)
+        )
         updates, g_opt = self._opt_g.update(grads, state.g_opt, state.g_params)
-        state = state._replace(iteration=state.iteration + 1,
-                               g_params=optax.apply_updates(state.g_params, updates), g_opt=g_opt)
+        state = state._replace(
+            iteration=state.iteration + 1,
+            g_params=optax.apply_updates(state.g_params, updates),
+            g_opt=g_opt,
+        )
         return state, loss
 
 

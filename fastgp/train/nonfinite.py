@@ -25,8 +25,8 @@ def first_nonfinite_loss(metrics, start: int):
     ``metrics`` holds ``critic_loss``, ``penalty``, ``wasserstein`` (I, C, N) and
     ``generator_loss`` (I, N) as returned by ``Trainer.run``; every core holds the global value,
     so core 0's is read."""
-    critic = {name: np.asarray(metrics[name])[..., 0] for name in CRITIC_LOSSES}   # (I, C)
-    generator = np.asarray(metrics["generator_loss"])[..., 0]                       # (I,)
+    critic = {name: np.asarray(metrics[name])[..., 0] for name in CRITIC_LOSSES}  # (I, C)
+    generator = np.asarray(metrics["generator_loss"])[..., 0]  # (I,)
     iterations, n_critic = critic["critic_loss"].shape
     bad = ~np.isfinite(generator)
     for name in CRITIC_LOSSES:
@@ -38,8 +38,10 @@ def first_nonfinite_loss(metrics, start: int):
         for name in CRITIC_LOSSES:
             v = critic[name][i, c]
             if not np.isfinite(v):
-                return (f"{name} is {_value(v)} at step {start + i + 1} (critic step {c + 1} "
-                        f"of {n_critic})")
+                return (
+                    f"{name} is {_value(v)} at step {start + i + 1} (critic step {c + 1} "
+                    f"of {n_critic})"
+                )
     return f"generator_loss is {_value(generator[i])} at step {start + i + 1}"
 
 
@@ -48,12 +50,16 @@ def _finite_leaves(tree):
     return [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]
 
 
-STATE_PARTS = (("generator parameters", "g_params"), ("critic parameters", "d_params"),
-               ("generator optimiser state", "g_opt"), ("critic optimiser state", "d_opt"))
+STATE_PARTS = (
+    ("generator parameters", "g_params"),
+    ("critic parameters", "d_params"),
+    ("generator optimiser state", "g_opt"),
+    ("critic optimiser state", "d_opt"),
+)
 
 
 def nonfinite_state(state):
-    """"critic parameters d_params[1]['w'] hold non-finite values" for the first non-finite
+    """ "critic parameters d_params[1]['w'] hold non-finite values" for the first non-finite
     array of the parameters, then of the Adam states (a squared gradient can overflow while the
     parameters stay finite), or None."""
     for label, field in STATE_PARTS:

@@ -48,8 +48,9 @@ def metrics_record(step: int, wall_s: float, metrics, quality=None) -> dict:
         "generator_loss": float(m["generator_loss"][-1, 0]),
     }
     for name in ("norm_mean", "norm_min", "norm_max"):
-        record[name] = (None if last_gp is None
-                        else [_finite_or_none(v) for v in critic(name)[last_gp]])
+        record[name] = (
+            None if last_gp is None else [_finite_or_none(v) for v in critic(name)[last_gp]]
+        )
     record["nonfinite"] = [int(v) for v in critic("nonfinite").sum(0)]
     if quality is not None:
         record.update(quality)
@@ -116,8 +117,10 @@ def out_problem(out, resume: bool = False):
             return f"{out} is not writable"
         return None
     if resume:
-        return (f"{out} does not exist, so there is no run to --resume; check the path, or drop "
-                f"--resume to start a new run")
+        return (
+            f"{out} does not exist, so there is no run to --resume; check the path, or drop "
+            f"--resume to start a new run"
+        )
     parent = out.absolute().parent
     while not parent.exists():
         parent = parent.parent
@@ -138,6 +141,19 @@ def write_samples(out: Path, samples) -> Path:
     return path
 
 
-__all__ = ["CHECKPOINTS", "FIGURE", "METRICS", "MetricsLog", "RUN", "SAMPLES", "SUMMARY", "dumps",
-           "metrics_record", "out_problem", "read_metrics", "strict", "write_json",
-           "write_samples"]
+__all__ = [
+    "CHECKPOINTS",
+    "FIGURE",
+    "METRICS",
+    "MetricsLog",
+    "RUN",
+    "SAMPLES",
+    "SUMMARY",
+    "dumps",
+    "metrics_record",
+    "out_problem",
+    "read_metrics",
+    "strict",
+    "write_json",
+    "write_samples",
+]

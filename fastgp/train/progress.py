@@ -1,32 +1,44 @@
 """A live progress bar (rich, on stderr) with the latest losses and input-gradient norm stats."""
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 def describe(record: dict) -> str:
     """Short text of a metrics record: losses, norm mean [min, max], non-finite, quality."""
+
     def num(name, spec):
         v = record.get(name)
         return "null" if v is None else format(v, spec)
 
-    text = (f"D {num('critic_loss', '+.3f')}  W {num('wasserstein', '+.3f')}  "
-            f"GP {num('penalty', '.3f')}  G {num('generator_loss', '+.3f')}")
+    text = (
+        f"D {num('critic_loss', '+.3f')}  W {num('wasserstein', '+.3f')}  "
+        f"GP {num('penalty', '.3f')}  G {num('generator_loss', '+.3f')}"
+    )
     if record.get("norm_mean") is not None:
         means = [v for v in record["norm_mean"] if v is not None]
         lows = [v for v in record["norm_min"] if v is not None]
         highs = [v for v in record["norm_max"] if v is not None]
         if means:
-            text += (f"  |g| {sum(means) / len(means):.2f} "
-                     f"[{min(lows):.2f}, {max(highs):.2f}]")
+            text += f"  |g| {sum(means) / len(means):.2f} [{min(lows):.2f}, {max(highs):.2f}]"
     if sum(record.get("nonfinite", [])):
         text += f"  non-finite {sum(record['nonfinite'])}"
     if "modes" in record:
-        text += f"  modes {record['modes']}/{record['total_modes']} hq {record['high_quality']:.1f}%"
+        text += (
+            f"  modes {record['modes']}/{record['total_modes']} hq {record['high_quality']:.1f}%"
+        )
     if "c2st_accuracy" in record:
-        text += (f"  C2ST {record['c2st_accuracy']:.3f} (floor {record['c2st_floor']:.3f}) "
-                 f"classes {record['classes_covered']}/10")
+        text += (
+            f"  C2ST {record['c2st_accuracy']:.3f} (floor {record['c2st_floor']:.3f}) "
+            f"classes {record['classes_covered']}/10"
+        )
     return text
 
 
@@ -35,9 +47,15 @@ class RunProgress:
 
     def __init__(self, total: int, start: int = 0, enabled: bool = True):
         self._progress = Progress(
-            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
-            console=Console(stderr=True), disable=not enabled)
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[stats]}"),
+            console=Console(stderr=True),
+            disable=not enabled,
+        )
         self._task = self._progress.add_task("train", total=total, completed=start, stats="")
 
     def __enter__(self):

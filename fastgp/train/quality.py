@@ -14,11 +14,15 @@ def mode_quality(samples, centers, sigma: float) -> dict:
     samples = np.asarray(samples, np.float64)
     centers = np.asarray(centers, np.float64)
     if samples.ndim != 2 or centers.ndim != 2 or samples.shape[1] != centers.shape[1]:
-        raise ValueError(f"samples {samples.shape} and centers {centers.shape} must be (N, d) "
-                         f"and (M, d) with the same d")
+        raise ValueError(
+            f"samples {samples.shape} and centers {centers.shape} must be (N, d) "
+            f"and (M, d) with the same d"
+        )
     if samples.shape[0] == 0 or centers.shape[0] == 0:
-        raise ValueError(f"need at least one sample and one center, got samples {samples.shape} "
-                         f"and centers {centers.shape}")
+        raise ValueError(
+            f"need at least one sample and one center, got samples {samples.shape} "
+            f"and centers {centers.shape}"
+        )
     if not sigma > 0:
         raise ValueError(f"sigma must be positive, got {sigma}")
     dist = np.linalg.norm(samples[:, None, :] - centers[None, :, :], axis=-1)  # (N, M)

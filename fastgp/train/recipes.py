@@ -37,12 +37,37 @@ class Recipe(NamedTuple):
     width: int
 
 
-TOY = Recipe(dict(batch_size=256, n_critic=5, gp_weight=1.0, lr_g=2e-3, lr_d=2e-3,
-                  betas=(0.5, 0.9), latent_dim=2, decay_fraction=0.5), steps=6000, width=128)
-GRID = Recipe({**TOY.fields, "n_critic": 3, "gp_every": 4, "decay_fraction": 0.6},
-              steps=10000, width=96)
-DIGITS = Recipe(dict(batch_size=64, n_critic=3, gp_weight=10.0, lr_g=5e-4, lr_d=5e-4,
-                     betas=(0.5, 0.9), latent_dim=32, decay_fraction=0.5), steps=4500, width=32)
+TOY = Recipe(
+    dict(
+        batch_size=256,
+        n_critic=5,
+        gp_weight=1.0,
+        lr_g=2e-3,
+        lr_d=2e-3,
+        betas=(0.5, 0.9),
+        latent_dim=2,
+        decay_fraction=0.5,
+    ),
+    steps=6000,
+    width=128,
+)
+GRID = Recipe(
+    {**TOY.fields, "n_critic": 3, "gp_every": 4, "decay_fraction": 0.6}, steps=10000, width=96
+)
+DIGITS = Recipe(
+    dict(
+        batch_size=64,
+        n_critic=3,
+        gp_weight=10.0,
+        lr_g=5e-4,
+        lr_d=5e-4,
+        betas=(0.5, 0.9),
+        latent_dim=32,
+        decay_fraction=0.5,
+    ),
+    steps=4500,
+    width=32,
+)
 RECIPES = {"8gaussians": TOY, "25gaussians": GRID, "swissroll": TOY, "digits": DIGITS}
 
 
@@ -77,8 +102,14 @@ def default_config(dataset: str, **overrides) -> TrainConfig:
     return TrainConfig(**fields)
 
 
-def toy_networks(latent_dim: int, width: int, depth: int = TOY_DEPTH,
-                 activation: str = "relu", g_width=None, g_depth=None):
+def toy_networks(
+    latent_dim: int,
+    width: int,
+    depth: int = TOY_DEPTH,
+    activation: str = "relu",
+    g_width=None,
+    g_depth=None,
+):
     """(generator, critic) MLPs for 2-D data: ``depth`` hidden layers of ``width`` units
     (the generator's: ``g_width`` and ``g_depth`` when given)."""
     g_width, g_depth = g_width or width, g_depth or depth
@@ -94,9 +125,23 @@ def build_problem(dataset: str, config: TrainConfig) -> Problem:
     if dataset in TOY_DATASETS:
         generator, critic = toy_networks(config.latent_dim, recipe.width)
         return Problem(generator, critic, lambda key, n: sample_toy(dataset, key, n), False)
-    return Problem(conv_generator(config.latent_dim, recipe.width), conv_critic(recipe.width),
-                   index_sampler(load_digits(split="train")), True)
+    return Problem(
+        conv_generator(config.latent_dim, recipe.width),
+        conv_critic(recipe.width),
+        index_sampler(load_digits(split="train")),
+        True,
+    )
 
 
-__all__ = ["DIGITS", "GRID", "Problem", "RECIPES", "Recipe", "TOY", "build_problem",
-           "default_config", "default_steps", "toy_networks"]
+__all__ = [
+    "DIGITS",
+    "GRID",
+    "Problem",
+    "RECIPES",
+    "Recipe",
+    "TOY",
+    "build_problem",
+    "default_config",
+    "default_steps",
+    "toy_networks",
+]

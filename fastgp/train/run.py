@@ -31,8 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp.train import outputs
-from fastgp.train.checkpoints import (CheckpointDamaged, CheckpointWriteError, Checkpoints,
-                                      host_copy, reason)
+from fastgp.train.checkpoints import (
+    CheckpointDamaged,
+    CheckpointWriteError,
+    Checkpoints,
+    host_copy,
+    reason,
+)
 from fastgp.train.data import toy_modes
 from fastgp.train.figures import plot_run
 from fastgp.penalty import grad_norms
@@ -45,13 +50,23 @@ from fastgp.train.state import ConfigError, TrainConfig, init_state
 from fastgp.train.trainer import Trainer, make_mesh
 
 DEFAULT_DATASET = "8gaussians"
-DAMAGED = "checkpoints-damaged"      # where --resume moves damaged checkpoints, inside --out
+DAMAGED = "checkpoints-damaged"  # where --resume moves damaged checkpoints, inside --out
 # TrainConfig field -> the command-line flag that sets it (for error messages).
-FLAGS = {"total_steps": "--steps", "batch_size": "--batch-size", "backend": "--backend",
-         "precision": "--precision", "gp_every": "--gp-every", "gp_kind": "--gp-kind",
-         "second_order": "--second-order",
-         "gp_weight": "--gp-weight", "seed": "--seed", "n_critic": "--n-critic",
-         "lr_g": "--lr", "lr_d": "--lr", "decay_fraction": "--decay-fraction"}
+FLAGS = {
+    "total_steps": "--steps",
+    "batch_size": "--batch-size",
+    "backend": "--backend",
+    "precision": "--precision",
+    "gp_every": "--gp-every",
+    "gp_kind": "--gp-kind",
+    "second_order": "--second-order",
+    "gp_weight": "--gp-weight",
+    "seed": "--seed",
+    "n_critic": "--n-critic",
+    "lr_g": "--lr",
+    "lr_d": "--lr",
+    "decay_fraction": "--decay-fraction",
+}
 # Fields a resumed run may change: they do not alter what is computed, only how.
 CHANGEABLE_ON_RESUME = ("backend",)
 
@@ -72,29 +87,31 @@ class RunFailure(RuntimeError):
 class RunOptions:
     """Per-invocation settings (not part of the checkpointed config)."""
 
-    dataset: str | None = None       # None: the default, or the checkpoint's when resuming
+    dataset: str | None = None  # None: the default, or the checkpoint's when resuming
     out: Path = Path("runs") / DEFAULT_DATASET
     # None: the checkpoint's value when resuming, else CADENCE's
     log_every: int | None = None
     checkpoint_every: int | None = None
     eval_every: int | None = None
     eval_samples: int | None = None
-    stop_at: int | None = None       # end this invocation at this iteration (checkpointed)
+    stop_at: int | None = None  # end this invocation at this iteration (checkpointed)
     resume: bool = False
     progress: bool = True
-    devices: int | None = None       # mesh size (default: every visible device)
+    devices: int | None = None  # mesh size (default: every visible device)
 
 
 def default_backend() -> str:
-    """"xla" on CPU (the kernel's interpret modes are for checks), else "auto" (today XLA too:
+    """ "xla" on CPU (the kernel's interpret modes are for checks), else "auto" (today XLA too:
     see ``fastgp.backends`` for the compiled figures behind it; ``pallas`` forces the kernel)."""
     return "xla" if jax.default_backend() == "cpu" else "auto"
 
 
 def _cadence(options: RunOptions, stored: dict) -> RunOptions:
     """``options`` with unset cadence fields taken from ``stored``, else from CADENCE."""
-    return dataclasses.replace(options, **{
-        k: getattr(options, k) or stored.get(k, default) for k, default in CADENCE.items()})
+    return dataclasses.replace(
+        options,
+        **{k: getattr(options, k) or stored.get(k, default) for k, default in CADENCE.items()},
+    )
 
 
 def _flag_error(err: ConfigError, overrides: dict) -> RunError:
@@ -141,8 +158,11 @@ def _newest_intact(checkpoints: Checkpoints, out: Path, primary: bool) -> Resume
             continue
         break
     else:
-        raise RunError(f"--resume: every checkpoint in {checkpoints.directory} is damaged ("
-                       + "; ".join(f"{e.step}: {e.reason}" for e in damaged) + ")")
+        raise RunError(
+            f"--resume: every checkpoint in {checkpoints.directory} is damaged ("
+            + "; ".join(f"{e.step}: {e.reason}" for e in damaged)
+            + ")"
+        )
     if damaged:
         _barrier("fastgp-resume-select")
         if primary:
@@ -150,8 +170,10 @@ def _newest_intact(checkpoints: Checkpoints, out: Path, primary: bool) -> Resume
                 try:
                     moved = checkpoints.quarantine(err.step, out / DAMAGED)
                 except OSError as move_err:
-                    raise RunError(f"--resume: {err}, and it cannot be moved to "
-                                   f"{out / DAMAGED} ({reason(move_err)})") from None
+                    raise RunError(
+                        f"--resume: {err}, and it cannot be moved to "
+                        f"{out / DAMAGED} ({reason(move_err)})"
+                    ) from None
                 _warn(f"{err}; moved it to {moved}")
             _warn(f"resuming from checkpoint {step}, the newest intact one")
         _barrier("fastgp-resume-moved")
@@ -159,18 +181,23 @@ def _newest_intact(checkpoints: Checkpoints, out: Path, primary: bool) -> Resume
     return Resumed(step, meta, state)
 
 
-def resolve(options: RunOptions, overrides: dict, checkpoints: Checkpoints, *,
-            primary: bool = True):
+def resolve(
+    options: RunOptions, overrides: dict, checkpoints: Checkpoints, *, primary: bool = True
+):
     """(dataset, TrainConfig, Resumed or None): a fresh run's recipe, or the checkpoint's run."""
     out = Path(options.out)
     steps = checkpoints.steps()
     if steps and not options.resume:
-        raise RunError(f"--out {out} already holds checkpoints (latest step {steps[-1]}); "
-                       f"pass --resume to continue that run or choose another --out")
+        raise RunError(
+            f"--out {out} already holds checkpoints (latest step {steps[-1]}); "
+            f"pass --resume to continue that run or choose another --out"
+        )
     if not steps:
         if options.resume:
-            raise RunError(f"--resume: there is no checkpoint in {checkpoints.directory} to "
-                           f"continue from; check --out, or drop --resume to start a new run")
+            raise RunError(
+                f"--resume: there is no checkpoint in {checkpoints.directory} to "
+                f"continue from; check --out, or drop --resume to start a new run"
+            )
         dataset = options.dataset or DEFAULT_DATASET
         overrides = {"backend": default_backend(), **overrides}
         try:
@@ -182,14 +209,18 @@ def resolve(options: RunOptions, overrides: dict, checkpoints: Checkpoints, *,
     resumed = _newest_intact(checkpoints, out, primary)
     meta = resumed.meta
     if options.dataset not in (None, meta["dataset"]):
-        raise RunError(f"--dataset {options.dataset} contradicts the checkpoint in "
-                       f"{options.out} (dataset {meta['dataset']}); drop --dataset or choose "
-                       f"another --out")
+        raise RunError(
+            f"--dataset {options.dataset} contradicts the checkpoint in "
+            f"{options.out} (dataset {meta['dataset']}); drop --dataset or choose "
+            f"another --out"
+        )
     stored = dict(meta["config"], betas=tuple(meta["config"]["betas"]))
     for field, value in overrides.items():
         if value is not None and value != stored[field] and field not in CHANGEABLE_ON_RESUME:
-            raise RunError(f"{FLAGS.get(field, field)} {value} contradicts the checkpoint in "
-                           f"{options.out} ({field}={stored[field]}); drop the flag to resume")
+            raise RunError(
+                f"{FLAGS.get(field, field)} {value} contradicts the checkpoint in "
+                f"{options.out} ({field}={stored[field]}); drop the flag to resume"
+            )
     stored.update({k: v for k, v in overrides.items() if k in CHANGEABLE_ON_RESUME and v})
     try:
         return meta["dataset"], TrainConfig(**stored), resumed
@@ -229,8 +260,9 @@ def _prepare_out(out: Path, resume: bool) -> RunLock:
     except DirectoryBusy as err:
         raise RunError(f"--out {err}; wait for it to end or choose another --out") from None
     except OSError as err:
-        raise RunError(f"--out {out} cannot be written ({reason(err)}); choose another "
-                       f"--out") from None
+        raise RunError(
+            f"--out {out} cannot be written ({reason(err)}); choose another --out"
+        ) from None
 
 
 def _write(what: str, fn, *args):
@@ -241,20 +273,26 @@ def _write(what: str, fn, *args):
         raise RunFailure(f"cannot write {what} ({reason(err)})") from None
 
 
-def _devices_error(config: TrainConfig, n: int, options: RunOptions, overrides: dict,
-                   resumed) -> RunError:
+def _devices_error(
+    config: TrainConfig, n: int, options: RunOptions, overrides: dict, resumed
+) -> RunError:
     b = config.batch_size
     if "batch_size" in overrides:
-        return RunError(f"--batch-size {b} is not divisible by the {n} devices; use a multiple "
-                        f"of {n}")
+        return RunError(
+            f"--batch-size {b} is not divisible by the {n} devices; use a multiple of {n}"
+        )
     source = "the checkpoint's" if resumed is not None else "the recipe's"
     divisors = [d for d in range(1, min(b, 64) + 1) if b % d == 0]
     if options.devices:
         given = f"--devices {n}" if jax.process_count() == 1 else f"--devices x --processes = {n}"
-        return RunError(f"{given}: the run's batch size {b} ({source}) is not divisible by {n} "
-                        f"devices; use a device count in {divisors}")
-    return RunError(f"the run's batch size {b} ({source}) is not divisible by the {n} visible "
-                    f"devices; pass --devices with one of {divisors}")
+        return RunError(
+            f"{given}: the run's batch size {b} ({source}) is not divisible by {n} "
+            f"devices; use a device count in {divisors}"
+        )
+    return RunError(
+        f"the run's batch size {b} ({source}) is not divisible by the {n} visible "
+        f"devices; pass --devices with one of {divisors}"
+    )
 
 
 def _next_stop(it: int, end: int, *periods) -> int:
@@ -277,15 +315,23 @@ class _Evaluator:
         self.dataset = dataset
         self.modes = None if problem.image or dataset == "swissroll" else toy_modes(dataset)
         self._digits = None
-        self._last = None           # (step, quality) of the latest evaluation
+        self._last = None  # (step, quality) of the latest evaluation
         self.key = jax.random.PRNGKey(config.seed + 10_000)
         latent = config.latent_dim
         gen, critic = problem.generator, problem.critic
-        self._sample = jax.jit(lambda p, key, n: gen.apply(p, jax.random.normal(
-            key, (n, latent), jnp.float32), dtype=config.dtype), static_argnums=2)
+        self._sample = jax.jit(
+            lambda p, key, n: gen.apply(
+                p, jax.random.normal(key, (n, latent), jnp.float32), dtype=config.dtype
+            ),
+            static_argnums=2,
+        )
         self._critic = jax.jit(lambda p, x: critic.apply(p, x, dtype=config.dtype))
-        self._norms = jax.jit(lambda p, x: grad_norms(jax.grad(
-            lambda y: jnp.sum(critic.apply(p, y, dtype=config.dtype)))(x), backend="xla"))
+        self._norms = jax.jit(
+            lambda p, x: grad_norms(
+                jax.grad(lambda y: jnp.sum(critic.apply(p, y, dtype=config.dtype)))(x),
+                backend="xla",
+            )
+        )
 
     def samples(self, g_params, n=None):
         return np.asarray(self._sample(g_params, self.key, n or self.n), np.float32)
@@ -333,10 +379,14 @@ class _Evaluator:
         if quality is None:
             return ""
         if "modes" in quality:
-            return (f", {quality['modes']}/{quality['total_modes']} modes, "
-                    f"{quality['high_quality']:.1f}% high quality")
-        return (f", C2ST {quality['c2st_accuracy']:.3f} (real vs real "
-                f"{quality['c2st_floor']:.3f}), {quality['classes_covered']}/10 classes")
+            return (
+                f", {quality['modes']}/{quality['total_modes']} modes, "
+                f"{quality['high_quality']:.1f}% high quality"
+            )
+        return (
+            f", C2ST {quality['c2st_accuracy']:.3f} (real vs real "
+            f"{quality['c2st_floor']:.3f}), {quality['classes_covered']}/10 classes"
+        )
 
     def figure(self, path, state, records, title):
         g_params, d_params = state.g_params, state.d_params
@@ -379,8 +429,9 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
     try:
         checkpoints = Checkpoints(out / outputs.CHECKPOINTS)
     except OSError as err:
-        raise RunError(f"--out {out}: cannot use {out / outputs.CHECKPOINTS} ({reason(err)})") \
-            from None
+        raise RunError(
+            f"--out {out}: cannot use {out / outputs.CHECKPOINTS} ({reason(err)})"
+        ) from None
     dataset, config, resumed = resolve(options, overrides, checkpoints, primary=primary)
     options = _cadence(options, {} if resumed is None else resumed.meta.get("cadence", {}))
     total = config.total_steps
@@ -390,27 +441,39 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
     problem = build_problem(dataset, config)
     devices = jax.devices()
     if options.devices:
-        devices = devices[:options.devices]
+        devices = devices[: options.devices]
     if config.batch_size % len(devices):
         raise _devices_error(config, len(devices), options, overrides, resumed)
     try:
-        trainer = Trainer(config, problem.generator, problem.critic, problem.sample_real,
-                          mesh=make_mesh(devices))
+        trainer = Trainer(
+            config, problem.generator, problem.critic, problem.sample_real, mesh=make_mesh(devices)
+        )
     except ValueError as err:
-        raise RunError(f"--backend {config.backend}: {err}" if "backend" in str(err)
-                       else str(err)) from None
+        raise RunError(
+            f"--backend {config.backend}: {err}" if "backend" in str(err) else str(err)
+        ) from None
     state = trainer.init()
     if resumed is not None:
         state = trainer.replicate(resumed.state)
     it = int(host_copy(state.iteration))
     evaluator = _Evaluator(dataset, config, problem, options.eval_samples)
-    log = _write(f"{out / outputs.METRICS}", lambda: outputs.MetricsLog(out, keep_until=it)) \
-        if primary else None
-    run_meta = {"dataset": dataset, "config": dataclasses.asdict(config),
-                "cadence": {k: getattr(options, k) for k in CADENCE}}
+    log = (
+        _write(f"{out / outputs.METRICS}", lambda: outputs.MetricsLog(out, keep_until=it))
+        if primary
+        else None
+    )
+    run_meta = {
+        "dataset": dataset,
+        "config": dataclasses.asdict(config),
+        "cadence": {k: getattr(options, k) for k in CADENCE},
+    }
     if primary:
-        _write(f"{out / outputs.RUN}", outputs.write_json, out / outputs.RUN,
-               {**run_meta, "devices": len(devices), "processes": jax.process_count()})
+        _write(
+            f"{out / outputs.RUN}",
+            outputs.write_json,
+            out / outputs.RUN,
+            {**run_meta, "devices": len(devices), "processes": jax.process_count()},
+        )
 
     def wall():
         return wall_before + time.perf_counter() - start
@@ -420,19 +483,29 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
             checkpoints.save(step, state, {**run_meta, "wall_s": wall()})
         except CheckpointWriteError as err:
             newest = checkpoints.latest_step()
-            raise RunFailure(f"{err}. The run stopped at step {step}; " + (
-                f"its newest checkpoint is step {newest} (--resume continues from it)"
-                if newest is not None else "it has no checkpoint yet")) from None
+            raise RunFailure(
+                f"{err}. The run stopped at step {step}; "
+                + (
+                    f"its newest checkpoint is step {newest} (--resume continues from it)"
+                    if newest is not None
+                    else "it has no checkpoint yet"
+                )
+            ) from None
 
     first, signum = True, 0
     with RunProgress(total, it, enabled=primary and options.progress) as bar:
         while it < end:
-            stop_at = _next_stop(it, end, options.log_every, options.checkpoint_every,
-                                 options.eval_every if evaluator.evaluates else None)
+            stop_at = _next_stop(
+                it,
+                end,
+                options.log_every,
+                options.checkpoint_every,
+                options.eval_every if evaluator.evaluates else None,
+            )
             try:
                 state, metrics = trainer.run(state, stop_at - it)
                 metrics = jax.device_get(metrics)
-            except ValueError as err:     # lowering: a backend this platform cannot run
+            except ValueError as err:  # lowering: a backend this platform cannot run
                 if first and config.backend not in ("auto", "xla"):
                     raise RunError(f"--backend {config.backend}: {err}") from None
                 raise
@@ -444,8 +517,11 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
             it = stop_at
             if primary:
                 quality = None
-                if fault is None and evaluator.evaluates and (
-                        it % options.eval_every == 0 or it == end):
+                if (
+                    fault is None
+                    and evaluator.evaluates
+                    and (it % options.eval_every == 0 or it == end)
+                ):
                     quality = evaluator.quality(host_copy(state.g_params), it)
                 record = outputs.metrics_record(it, wall(), metrics, evaluator.record(quality))
                 _write(f"{log.path}", log.append, record)
@@ -453,9 +529,13 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
             if fault is not None:
                 newest = checkpoints.latest_step()
                 raise RunFailure(
-                    f"training diverged: {fault}. No checkpoint was written after it; " + (
-                        f"the newest, step {newest}, holds finite values" if newest is not None
-                        else "the run has no checkpoint yet"))
+                    f"training diverged: {fault}. No checkpoint was written after it; "
+                    + (
+                        f"the newest, step {newest}, holds finite values"
+                        if newest is not None
+                        else "the run has no checkpoint yet"
+                    )
+                )
             signum = _stop_signal(stop)
             if it % options.checkpoint_every == 0 or it == end or signum:
                 save(it)
@@ -464,8 +544,13 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
     train_s = wall()
     checkpoints.close()
 
-    summary = {"dataset": dataset, "steps": it, "total_steps": total,
-               "devices": len(devices), "processes": jax.process_count()}
+    summary = {
+        "dataset": dataset,
+        "steps": it,
+        "total_steps": total,
+        "devices": len(devices),
+        "processes": jax.process_count(),
+    }
     if signum:
         summary["stopped_by"] = signal.Signals(signum).name
     if not primary:
@@ -478,12 +563,22 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
         summary.update(quality)
     summary["train_s"] = round(train_s, 1)
     title = f"{dataset}: {it} generator steps" + evaluator.headline(quality)
-    _write(f"{out / outputs.FIGURE}", evaluator.figure, out / outputs.FIGURE, host, log.records,
-           title)
+    _write(
+        f"{out / outputs.FIGURE}", evaluator.figure, out / outputs.FIGURE, host, log.records, title
+    )
     summary.update(wall_s=round(wall(), 1), out=str(out))
     _write(f"{out / outputs.SUMMARY}", outputs.write_json, out / outputs.SUMMARY, summary)
     return summary
 
 
-__all__ = ["DAMAGED", "DEFAULT_DATASET", "FLAGS", "Resumed", "RunError", "RunFailure", "RunOptions",
-           "resolve", "train"]
+__all__ = [
+    "DAMAGED",
+    "DEFAULT_DATASET",
+    "FLAGS",
+    "Resumed",
+    "RunError",
+    "RunFailure",
+    "RunOptions",
+    "resolve",
+    "train",
+]

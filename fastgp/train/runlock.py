@@ -26,8 +26,14 @@ class DirectoryBusy(RuntimeError):
     """Another live run holds the directory's lock."""
 
     def __init__(self, directory, holder: dict):
-        who = (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started "
-               f"{holder.get('started', '?')}") if holder else "a process that did not say which"
+        who = (
+            (
+                f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started "
+                f"{holder.get('started', '?')}"
+            )
+            if holder
+            else "a process that did not say which"
+        )
         super().__init__(f"{directory} is in use by another fastgp train ({who})")
         self.directory, self.holder = directory, holder
 
@@ -89,8 +95,11 @@ class RunLock:
             if same:
                 break
             os.close(fd)
-        record = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
         return cls(path, fd)

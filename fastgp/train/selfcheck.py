@@ -67,10 +67,14 @@ from fastgp.train.trainer import Trainer, make_mesh
 # about lr * sign(g), so a gradient entry near 0 whose sign bf16 rounding flips moves it by 2 lr,
 # the whole scale of a zero-initialised bias.
 TOLERANCES = {
-    "f32": {"critic_grads": 1e-5, "generator_grads": 1e-5, "values": 1e-4,
-            "param_updates": 1e-4},
-    "bf16": {"critic_grads": 5e-2, "generator_grads": 5e-2, "values": 5e-2,
-             "params": None, "param_updates": None},
+    "f32": {"critic_grads": 1e-5, "generator_grads": 1e-5, "values": 1e-4, "param_updates": 1e-4},
+    "bf16": {
+        "critic_grads": 5e-2,
+        "generator_grads": 5e-2,
+        "values": 5e-2,
+        "params": None,
+        "param_updates": None,
+    },
 }
 
 
@@ -111,14 +115,28 @@ def toy_problem(config: TrainConfig):
 def digits_problem(config: TrainConfig):
     """(generator, critic, sample_real) of the conv check: the digits recipe's NHWC conv pair
     (``fastgp.train.recipes``) with GELU, on sklearn's 8x8 digits (B, 8, 8, 1)."""
-    return (conv_generator(config.latent_dim, DIGITS.width, "gelu"),
-            conv_critic(DIGITS.width, "gelu"), index_sampler(load_digits()))
+    return (
+        conv_generator(config.latent_dim, DIGITS.width, "gelu"),
+        conv_critic(DIGITS.width, "gelu"),
+        index_sampler(load_digits()),
+    )
 
 
-def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_critic: int = 5,
-              gp_kind: str = "wgan-gp", gp_every: int = 1, precision: str = "f32",
-              lr: float = 1e-3, seed: int = 0, second_order: str = "reverse-over-forward",
-              dataset: str = "8gaussians") -> dict:
+def run_check(
+    devices: int,
+    steps: int,
+    batch_size: int,
+    *,
+    backend=None,
+    n_critic: int = 5,
+    gp_kind: str = "wgan-gp",
+    gp_every: int = 1,
+    precision: str = "f32",
+    lr: float = 1e-3,
+    seed: int = 0,
+    second_order: str = "reverse-over-forward",
+    dataset: str = "8gaussians",
+) -> dict:
     """Train ``steps`` generator iterations both ways; a JSON-ready dict with ``ok`` the verdict.
 
     ``backend=None`` runs the Pallas kernel: "tpu-interpret" on CPU, "pallas" on TPU and GPU
@@ -129,16 +147,28 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
         raise ValueError(f"unknown check dataset {dataset!r}; valid: {', '.join(CHECK_DATASETS)}")
     available = jax.devices()
     if devices > len(available):
-        raise ValueError(f"the check needs {devices} devices but only {len(available)} are "
-                         f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
-                         f"{devices} before JAX starts (python -m fastgp.train.selfcheck does "
-                         f"this)")
+        raise ValueError(
+            f"the check needs {devices} devices but only {len(available)} are "
+            f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
+            f"{devices} before JAX starts (python -m fastgp.train.selfcheck does "
+            f"this)"
+        )
     if backend is None:
         backend = "tpu-interpret" if jax.default_backend() == "cpu" else "pallas"
     latent = {"latent_dim": DIGITS.fields["latent_dim"]} if dataset == "digits" else {}
-    config = TrainConfig(batch_size=batch_size, n_critic=n_critic, gp_kind=gp_kind,
-                         gp_every=gp_every, precision=precision, backend=backend, lr_g=lr,
-                         lr_d=lr, seed=seed, second_order=second_order, **latent)
+    config = TrainConfig(
+        batch_size=batch_size,
+        n_critic=n_critic,
+        gp_kind=gp_kind,
+        gp_every=gp_every,
+        precision=precision,
+        backend=backend,
+        lr_g=lr,
+        lr_d=lr,
+        seed=seed,
+        second_order=second_order,
+        **latent,
+    )
     problem = toy_problem(config) if dataset == "8gaussians" else digits_problem(config)
     sharded = Trainer(config, *problem, mesh=make_mesh(available[:devices]))
     naive = NaiveTrainer(config, *problem)
@@ -155,14 +185,20 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
     naive_seconds = time.perf_counter() - start
 
     def updates(s, s0):
-        return jax.tree.map(lambda a, b: np.asarray(a) - np.asarray(b),
-                            (s.g_params, s.d_params), (s0.g_params, s0.d_params))
+        return jax.tree.map(
+            lambda a, b: np.asarray(a) - np.asarray(b),
+            (s.g_params, s.d_params),
+            (s0.g_params, s0.d_params),
+        )
 
-    diffs = {name: max_rel_diff(metrics[name], ref_metrics[name])
-             for name in ("critic_loss", "penalty", "wasserstein", "generator_loss")}
+    diffs = {
+        name: max_rel_diff(metrics[name], ref_metrics[name])
+        for name in ("critic_loss", "penalty", "wasserstein", "generator_loss")
+    }
     diffs["norm_stats"] = max_rel_diff(
         {k: metrics[k] for k in ("norm_mean", "norm_min", "norm_max")},
-        _shard_norm_stats(ref_metrics["norms"], devices))
+        _shard_norm_stats(ref_metrics["norms"], devices),
+    )
     diffs["critic_grads"] = max_rel_diff(grads[0], ref_grads[0])
     diffs["generator_grads"] = max_rel_diff(grads[1], ref_grads[1])
     diffs["params"] = max_rel_diff((state.g_params, state.d_params), (ref.g_params, ref.d_params))
@@ -171,16 +207,21 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
     ref_nonfinite = np.sum(~np.isfinite(ref_metrics["norms"]), -1) * ref_metrics["gp_applied"]
     tol = TOLERANCES[precision]
     bounds = {k: tol.get(k, tol["values"]) for k in diffs}
-    ok = (all(bounds[k] is None or diffs[k] <= bounds[k] for k in diffs)
-          and bool(np.array_equal(np.sum(metrics["nonfinite"], -1), ref_nonfinite))
-          and bool(np.array_equal(metrics["gp_applied"], ref_metrics["gp_applied"])))
+    ok = (
+        all(bounds[k] is None or diffs[k] <= bounds[k] for k in diffs)
+        and bool(np.array_equal(np.sum(metrics["nonfinite"], -1), ref_nonfinite))
+        and bool(np.array_equal(metrics["gp_applied"], ref_metrics["gp_applied"]))
+    )
     return {
         "ok": ok,
         "max_rel_diff": diffs,
         "tolerance": bounds,
-        "mesh": {"axis_names": list(sharded.mesh.axis_names), "shape": [devices],
-                 "platform": available[0].platform,
-                 "devices": [str(d) for d in sharded.mesh.devices.flat]},
+        "mesh": {
+            "axis_names": list(sharded.mesh.axis_names),
+            "shape": [devices],
+            "platform": available[0].platform,
+            "devices": [str(d) for d in sharded.mesh.devices.flat],
+        },
         "config": dataclasses.asdict(config),
         "dataset": dataset,
         "steps": steps,
@@ -191,10 +232,15 @@ def run_check(devices: int, steps: int, batch_size: int, *, backend=None, n_crit
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m fastgp.train.selfcheck",
-                                description=__doc__.split("\n")[0])
-    p.add_argument("--dataset", default=CHECK_DATASETS[0], choices=CHECK_DATASETS,
-                   help="8gaussians (small GELU MLPs) or digits (the conv critic and generator)")
+    p = argparse.ArgumentParser(
+        prog="python -m fastgp.train.selfcheck", description=__doc__.split("\n")[0]
+    )
+    p.add_argument(
+        "--dataset",
+        default=CHECK_DATASETS[0],
+        choices=CHECK_DATASETS,
+        help="8gaussians (small GELU MLPs) or digits (the conv critic and generator)",
+    )
     p.add_argument("--devices", type=int, default=8, help="mesh size (CPU devices are simulated)")
     p.add_argument("--steps", type=int, default=5, help="generator iterations K")
     p.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch size")
@@ -202,12 +248,18 @@ def _parser():
     p.add_argument("--gp-kind", default="wgan-gp")
     p.add_argument("--gp-every", type=int, default=1)
     p.add_argument("--precision", default="f32")
-    p.add_argument("--backend", default=None,
-                   help="penalty backend (default: the kernel; tpu-interpret on CPU)")
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="penalty backend (default: the kernel; tpu-interpret on CPU)",
+    )
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of both networks")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--second-order", default="reverse",
-                   help="penalty differentiation in the sharded trainer: reverse or forward")
+    p.add_argument(
+        "--second-order",
+        default="reverse",
+        help="penalty differentiation in the sharded trainer: reverse or forward",
+    )
     return p
 
 
@@ -228,8 +280,9 @@ def _rerun_with_devices(n: int, argv) -> int:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {_FORCE_FLAG}={n}".strip()
     env["JAX_PLATFORMS"] = "cpu"
-    return subprocess.run([sys.executable, "-m", "fastgp.train.selfcheck", *argv],
-                          env=env).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "fastgp.train.selfcheck", *argv], env=env
+    ).returncode
 
 
 def main(argv=None) -> int:
@@ -240,13 +293,25 @@ def main(argv=None) -> int:
         raise SystemExit(f"--devices must be >= 1, got {args.devices}")
     if not _request_cpu_devices(args.devices):
         if jax.default_backend() != "cpu" or _FORCE_FLAG in os.environ.get("XLA_FLAGS", ""):
-            raise SystemExit(f"--devices {args.devices} requested but only "
-                             f"{len(jax.devices())} {jax.default_backend()} devices are visible")
+            raise SystemExit(
+                f"--devices {args.devices} requested but only "
+                f"{len(jax.devices())} {jax.default_backend()} devices are visible"
+            )
         return _rerun_with_devices(args.devices, argv)
-    result = run_check(args.devices, args.steps, args.batch_size, backend=args.backend,
-                       n_critic=args.n_critic, gp_kind=args.gp_kind, gp_every=args.gp_every,
-                       precision=args.precision, lr=args.lr, seed=args.seed,
-                       second_order=args.second_order, dataset=args.dataset)
+    result = run_check(
+        args.devices,
+        args.steps,
+        args.batch_size,
+        backend=args.backend,
+        n_critic=args.n_critic,
+        gp_kind=args.gp_kind,
+        gp_every=args.gp_every,
+        precision=args.precision,
+        lr=args.lr,
+        seed=args.seed,
+        second_order=args.second_order,
+        dataset=args.dataset,
+    )
     print(json.dumps(result), flush=True)
     return 0 if result["ok"] else 1
 

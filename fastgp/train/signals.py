@@ -22,10 +22,10 @@ class StopRequest:
     """Turns SIGTERM/SIGINT into a stop request; see the module docstring."""
 
     def __init__(self, announce: bool = True, prefix: str = "fastgp train"):
-        self.requested = None            # "SIGTERM" / "SIGINT" once a signal arrived
+        self.requested = None  # "SIGTERM" / "SIGINT" once a signal arrived
         self.signum = None
         self.announce, self.prefix = announce, prefix
-        self.on_exit = []                # callables run before a second signal ends the process
+        self.on_exit = []  # callables run before a second signal ends the process
         self._previous = None
         self._read_fd = self._write_fd = None
 
@@ -48,7 +48,7 @@ class StopRequest:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = None
-        os.close(self._write_fd)         # the watcher reads EOF and ends
+        os.close(self._write_fd)  # the watcher reads EOF and ends
 
     def _say(self, text):
         print(f"{self.prefix}: {text}", file=sys.stderr, flush=True)
@@ -70,8 +70,10 @@ class StopRequest:
             if self.requested is None:
                 self.requested, self.signum = name, signum
                 if self.announce:
-                    self._say(f"{name} received: stopping after the current chunk with a "
-                              f"checkpoint and the outputs ({name} again to stop at once)")
+                    self._say(
+                        f"{name} received: stopping after the current chunk with a "
+                        f"checkpoint and the outputs ({name} again to stop at once)"
+                    )
                 continue
             if self.announce:
                 self._say(f"second {name}: stopping now, without a checkpoint")

@@ -25,9 +25,9 @@ from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
-INT32_MAX = 2**31 - 1       # iteration and optimiser step counters are int32
+INT32_MAX = 2**31 - 1  # iteration and optimiser step counters are int32
 # jax.random.PRNGKey takes a C long; evaluation keys use seed + 10_000.
-SEED_RANGE = (-2**63, 2**63 - 1 - 10_000)
+SEED_RANGE = (-(2**63), 2**63 - 1 - 10_000)
 
 
 class ConfigError(ValueError):
@@ -72,49 +72,76 @@ class TrainConfig:
         for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
-                raise ConfigError(name, f"{name} must be a positive integer <= {INT32_MAX}, got "
-                                        f"{value!r}")
+                raise ConfigError(
+                    name, f"{name} must be a positive integer <= {INT32_MAX}, got {value!r}"
+                )
         if self.gp_kind not in KINDS:
-            raise ConfigError("gp_kind", f"unknown gp_kind {self.gp_kind!r}; expected one of "
-                                         f"{KINDS}")
+            raise ConfigError(
+                "gp_kind", f"unknown gp_kind {self.gp_kind!r}; expected one of {KINDS}"
+            )
         if self.precision not in PRECISIONS:
-            raise ConfigError("precision", f"unknown precision {self.precision!r}; expected one "
-                                           f"of {tuple(PRECISIONS)}")
+            raise ConfigError(
+                "precision",
+                f"unknown precision {self.precision!r}; expected one of {tuple(PRECISIONS)}",
+            )
         if self.backend not in BACKENDS:
-            raise ConfigError("backend", f"unknown backend {self.backend!r}; expected one of "
-                                         f"{BACKENDS}")
+            raise ConfigError(
+                "backend", f"unknown backend {self.backend!r}; expected one of {BACKENDS}"
+            )
         for name in ("gp_target", "lr_g", "lr_d"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(name, f"{name} must be a finite positive number, got {value!r}")
-        if not (isinstance(self.gp_weight, (int, float)) and math.isfinite(self.gp_weight)
-                and self.gp_weight >= 0):
-            raise ConfigError("gp_weight", f"gp_weight must be a finite number >= 0, got "
-                                           f"{self.gp_weight!r}")
+        if not (
+            isinstance(self.gp_weight, (int, float))
+            and math.isfinite(self.gp_weight)
+            and self.gp_weight >= 0
+        ):
+            raise ConfigError(
+                "gp_weight", f"gp_weight must be a finite number >= 0, got {self.gp_weight!r}"
+            )
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError("betas", f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        if (not isinstance(self.seed, int) or isinstance(self.seed, bool)
-                or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]):
-            raise ConfigError("seed", f"seed must be an integer in [{SEED_RANGE[0]}, "
-                                      f"{SEED_RANGE[1]}], got {self.seed!r}")
+        if (
+            not isinstance(self.seed, int)
+            or isinstance(self.seed, bool)
+            or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]
+        ):
+            raise ConfigError(
+                "seed",
+                f"seed must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {self.seed!r}",
+            )
         if self.second_order not in SECOND_ORDER:
-            raise ConfigError("second_order", f"unknown second_order {self.second_order!r}; "
-                                              f"expected one of {SECOND_ORDER}")
+            raise ConfigError(
+                "second_order",
+                f"unknown second_order {self.second_order!r}; expected one of {SECOND_ORDER}",
+            )
         if not (isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1):
-            raise ConfigError("decay_fraction", f"decay_fraction must be a number in [0, 1], got "
-                                                f"{self.decay_fraction!r}")
+            raise ConfigError(
+                "decay_fraction",
+                f"decay_fraction must be a number in [0, 1], got {self.decay_fraction!r}",
+            )
         steps = self.total_steps
-        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)
-                                  or steps < 1):
-            raise ConfigError("total_steps", f"total_steps must be a positive integer or None, "
-                                             f"got {steps!r}")
+        if steps is not None and (
+            not isinstance(steps, int) or isinstance(steps, bool) or steps < 1
+        ):
+            raise ConfigError(
+                "total_steps", f"total_steps must be a positive integer or None, got {steps!r}"
+            )
         if steps is not None and steps * self.n_critic > INT32_MAX:
-            raise ConfigError(("total_steps", "n_critic"), (
-                f"total_steps x n_critic = {steps} x {self.n_critic} = {steps * self.n_critic} "
-                f"critic steps; the step counters are int32, so at most {INT32_MAX}"))
+            raise ConfigError(
+                ("total_steps", "n_critic"),
+                (
+                    f"total_steps x n_critic = {steps} x {self.n_critic} = {steps * self.n_critic} "
+                    f"critic steps; the step counters are int32, so at most {INT32_MAX}"
+                ),
+            )
         if self.decay_fraction > 0 and steps is None:
-            raise ConfigError("decay_fraction", "decay_fraction > 0 needs total_steps (the run's "
-                                                "generator iterations) to place the decay")
+            raise ConfigError(
+                "decay_fraction",
+                "decay_fraction > 0 needs total_steps (the run's "
+                "generator iterations) to place the decay",
+            )
 
     @property
     def dtype(self):
@@ -145,7 +172,8 @@ def lr_schedule(lr: float, total: int | None, decay_fraction: float):
     start = int(total * (1.0 - decay_fraction))
     return optax.join_schedules(
         [optax.constant_schedule(lr), optax.linear_schedule(lr, 0.0, max(total - start, 1))],
-        [start])
+        [start],
+    )
 
 
 def optimizers(config: TrainConfig):
@@ -153,8 +181,10 @@ def optimizers(config: TrainConfig):
     b1, b2 = config.betas
     total, frac = config.total_steps, config.decay_fraction
     critic_total = None if total is None else total * config.n_critic
-    return (optax.adam(lr_schedule(config.lr_g, total, frac), b1, b2),
-            optax.adam(lr_schedule(config.lr_d, critic_total, frac), b1, b2))
+    return (
+        optax.adam(lr_schedule(config.lr_g, total, frac), b1, b2),
+        optax.adam(lr_schedule(config.lr_d, critic_total, frac), b1, b2),
+    )
 
 
 def init_state(config: TrainConfig, generator, critic) -> TrainState:
@@ -163,8 +193,9 @@ def init_state(config: TrainConfig, generator, critic) -> TrainState:
     g_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), generator.init(k_g))
     d_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), critic.init(k_d))
     opt_g, opt_d = optimizers(config)
-    return TrainState(jnp.int32(0), k_run, g_params, d_params,
-                      opt_g.init(g_params), opt_d.init(d_params))
+    return TrainState(
+        jnp.int32(0), k_run, g_params, d_params, opt_g.init(g_params), opt_d.init(d_params)
+    )
 
 
 def critic_keys(key, iteration, step):
@@ -199,6 +230,18 @@ def index_sampler(data) -> Callable:
     return sample_real
 
 
-__all__ = ["INT32_MAX", "PRECISIONS", "SEED_RANGE", "ConfigError", "TrainConfig", "TrainState",
-           "critic_keys", "generator_key", "gp_schedule", "index_sampler", "init_state",
-           "lr_schedule", "optimizers"]
+__all__ = [
+    "INT32_MAX",
+    "PRECISIONS",
+    "SEED_RANGE",
+    "ConfigError",
+    "TrainConfig",
+    "TrainState",
+    "critic_keys",
+    "generator_key",
+    "gp_schedule",
+    "index_sampler",
+    "init_state",
+    "lr_schedule",
+    "optimizers",
+]

@@ -52,8 +52,15 @@ from fastgp.train import diagnostics
 from fastgp.distributed import global_batch_slice, global_mean
 from fastgp.interpret_mode import blocking, check_backend_for_manual_axes
 from fastgp.penalty import gradient_penalty_and_norms, interpolate
-from fastgp.train.state import (TrainConfig, TrainState, critic_keys, generator_key, gp_schedule,
-                                init_state, optimizers)
+from fastgp.train.state import (
+    TrainConfig,
+    TrainState,
+    critic_keys,
+    generator_key,
+    gp_schedule,
+    init_state,
+    optimizers,
+)
 
 AXIS = "data"
 
@@ -80,16 +87,28 @@ class Trainer:
     ``gradients`` wait for their results before returning (``fastgp.interpret_mode``).
     """
 
-    def __init__(self, config: TrainConfig, generator, critic, sample_real, *, mesh=None,
-                 fused: bool | None = None):
+    def __init__(
+        self,
+        config: TrainConfig,
+        generator,
+        critic,
+        sample_real,
+        *,
+        mesh=None,
+        fused: bool | None = None,
+    ):
         mesh = make_mesh() if mesh is None else mesh
         if tuple(mesh.axis_names) != (AXIS,):
-            raise ValueError(f"the mesh must have exactly one axis named {AXIS!r}, got axes "
-                             f"{tuple(mesh.axis_names)}")
+            raise ValueError(
+                f"the mesh must have exactly one axis named {AXIS!r}, got axes "
+                f"{tuple(mesh.axis_names)}"
+            )
         devices = mesh.shape[AXIS]
         if config.batch_size % devices:
-            raise ValueError(f"global batch_size {config.batch_size} is not divisible by the "
-                             f"{devices} devices of the mesh; use a multiple of {devices}")
+            raise ValueError(
+                f"global batch_size {config.batch_size} is not divisible by the "
+                f"{devices} devices of the mesh; use a multiple of {devices}"
+            )
         self.config = config
         self.generator, self.critic, self.sample_real = generator, critic, sample_real
         self.mesh = mesh
@@ -100,14 +119,14 @@ class Trainer:
         self._opt_g, self._opt_d = optimizers(config)
         self._replicated = NamedSharding(mesh, P())
         self._batched = NamedSharding(mesh, P(None, AXIS))
-        devices_of = getattr(mesh, "devices", None)       # an AbstractMesh has none
+        devices_of = getattr(mesh, "devices", None)  # an AbstractMesh has none
         platform = jax.default_backend() if devices_of is None else devices_of.flat[0].platform
         self.fused = platform != "cpu" if fused is None else bool(fused)
         self.iteration = blocking(jax.jit(self._unfused_iteration), self.backend)
         self.run = _Run(self, blocking(jax.jit(self._run, static_argnums=1), self.backend))
         self.critic_step = blocking(
-            jax.jit(self._sharded(self._gathered_critic_step, (P(), P(AXIS), P()))),
-            self.backend)
+            jax.jit(self._sharded(self._gathered_critic_step, (P(), P(AXIS), P()))), self.backend
+        )
         self.gradients = blocking(jax.jit(self._gradients), self.backend)
         self.sample = jax.jit(self._sample, static_argnums=2)
 
@@ -132,8 +151,9 @@ class Trainer:
 
     def _unfused_iteration(self, state: TrainState):
         """One generator iteration, its critic steps written out (no loop); (state, metrics)."""
-        iteration = self._sharded(functools.partial(self._iteration, written_out=True),
-                                  (P(), P(None, AXIS)))
+        iteration = self._sharded(
+            functools.partial(self._iteration, written_out=True), (P(), P(None, AXIS))
+        )
         return iteration(state, _shard(self._real_batches(state), self._batched))
 
     def _gradients(self, state: TrainState):
@@ -150,8 +170,7 @@ class Trainer:
         return self.generator.apply(state.g_params, z, dtype=self.config.dtype).astype(jnp.float32)
 
     def _sharded(self, fn, in_specs):
-        return jax.shard_map(fn, mesh=self.mesh, in_specs=in_specs, out_specs=P(),
-                             check_vma=True)
+        return jax.shard_map(fn, mesh=self.mesh, in_specs=in_specs, out_specs=P(), check_vma=True)
 
     def _real_batches(self, state):
         """(n_critic, B, ...) real data of this iteration's critic steps, GLOBAL batch.
@@ -191,14 +210,22 @@ class Trainer:
             penalty, stats = jnp.float32(0.0), diagnostics.skipped_norm_stats(AXIS)
         else:
             cfg = self.config
-            points = real if cfg.gp_kind == "r1" else interpolate(k_alpha, real, fake,
-                                                                  axis_name=AXIS)
+            points = (
+                real if cfg.gp_kind == "r1" else interpolate(k_alpha, real, fake, axis_name=AXIS)
+            )
             # In the compute dtype: the input-gradients, the penalty's operand, are then bf16
             # under bf16 and reach the kernel as such (float32 sums inside it).
             points = points.astype(cfg.dtype)
             penalty, norms = gradient_penalty_and_norms(
-                critic, points, kind=cfg.gp_kind, target=cfg.gp_target, weight=weight,
-                backend=self.backend, axis_name=AXIS, second_order=cfg.second_order)
+                critic,
+                points,
+                kind=cfg.gp_kind,
+                target=cfg.gp_target,
+                weight=weight,
+                backend=self.backend,
+                axis_name=AXIS,
+                second_order=cfg.second_order,
+            )
             stats = diagnostics.norm_stats(norms)
         loss = penalty - wasserstein
         return loss, {"critic_loss": loss, "penalty": penalty, "wasserstein": wasserstein, **stats}
@@ -210,10 +237,17 @@ class Trainer:
 
         def branch(on):
             return lambda: _packed_value_and_grad(
-                self._critic_loss, state.d_params, state.g_params, real, keys, weight, on,
-                has_aux=True)
+                self._critic_loss,
+                state.d_params,
+                state.g_params,
+                real,
+                keys,
+                weight,
+                on,
+                has_aux=True,
+            )
 
-        if isinstance(apply_gp, bool):          # known at trace time: no lax.cond
+        if isinstance(apply_gp, bool):  # known at trace time: no lax.cond
             return branch(apply_gp)()
         return lax.cond(apply_gp, branch(True), branch(False))
 
@@ -246,8 +280,9 @@ class Trainer:
 
     def _generator_step(self, state: TrainState):
         key = generator_key(state.key, state.iteration, self.config.n_critic)
-        loss, grads = _packed_value_and_grad(self._generator_loss, state.g_params,
-                                             state.d_params, key)
+        loss, grads = _packed_value_and_grad(
+            self._generator_loss, state.g_params, state.d_params, key
+        )
         updates, g_opt = self._opt_g.update(grads, state.g_opt, state.g_params)
         g_params = optax.apply_updates(state.g_params, updates)
         state = state._replace(iteration=state.iteration + 1, g_params=g_params, g_opt=g_opt)
@@ -259,6 +294,7 @@ class Trainer:
 
         Collectives: one all-reduce per critic and generator step (gradients and global means),
         then ONE for the metrics of the whole iteration, gathered at its end."""
+
         def critic_step(state, xs):
             state, aux, gp_applied = self._critic_step(state, *xs)
             return state, (aux, gp_applied)
@@ -280,8 +316,9 @@ class Trainer:
         step = jnp.int32(0)
         _, critic_grads = self._critic_grads(state, real, step, *self._schedule(state, step))
         key = generator_key(state.key, state.iteration, self.config.n_critic)
-        _, generator_grads = _packed_value_and_grad(self._generator_loss, state.g_params,
-                                                    state.d_params, key)
+        _, generator_grads = _packed_value_and_grad(
+            self._generator_loss, state.g_params, state.d_params, key
+        )
         return critic_grads, generator_grads
 
 
@@ -332,7 +369,7 @@ class _Run:
                 # time keeps every collective's participants runnable.
                 jax.block_until_ready(state)
             steps.append(metrics)
-        return state, _stack(steps)          # (I, ...), as the fused scan stacks them
+        return state, _stack(steps)  # (I, ...), as the fused scan stacks them
 
 
 __all__ = ["AXIS", "Trainer", "make_mesh"]
