@@ -2,8 +2,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LINT_PATHS := fastgp kernels benchmarks tests
+# mypy checks the installed layout (kernels/ as fastgp/kernels) through a tree of links here.
+TYPECHECK := build/typecheck
 
-.PHONY: test train bench tpu-compile clean
+.PHONY: test lint train bench tpu-compile clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,7 +14,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	rm -rf $(TYPECHECK)/fastgp
+	mkdir -p $(TYPECHECK)/fastgp
+	ln -s $(CURDIR)/fastgp/*.py $(CURDIR)/fastgp/py.typed $(TYPECHECK)/fastgp/
+	ln -s $(CURDIR)/kernels $(TYPECHECK)/fastgp/kernels
+	cd $(TYPECHECK) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml
+
+test: lint
 	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --benchmark-disable -q
 
 train: $(STAMP)
@@ -27,4 +39,4 @@ tpu-compile: $(STAMP)
 	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/tpu_compile.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks
+	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks .ruff_cache $(TYPECHECK)

@@ -20,11 +20,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # "name = shape kind(" where shape is an array shape or a parenthesised tuple of them.
@@ -139,22 +139,26 @@ def _cell(found: dict) -> str:
 
 
 def main() -> int:
-    results, lines = (
-        [],
-        [
-            "# Collectives per compiled training step",
-            "",
-            "Read from compiled programs (`python benchmarks/collectives.py`): one critic step, and one",
-            "generator iteration (`n_critic` critic steps in a scan, whose body is counted once, plus the",
-            "generator step), and the same iteration written out (each critic step counted: what runs",
-            "per iteration) with the arrays its collectives move (a tuple operand counts each).",
-            f"Global batch = {PER_CHIP_BATCH} per chip. TPU programs are compiled ahead of time from a",
-            "CPU host with libtpu (`get_topology_desc`).",
-            "",
-            "| model | mesh | chips | critic step | generator iteration | written out | operands |",
-            "|---|---|---|---|---|---|---|",
-        ],
-    )
+    results = []
+    lines = [
+        "# Collectives per compiled training step",
+        "",
+        (
+            "Read from compiled programs (`python benchmarks/collectives.py`): one critic step, "
+            "and one"
+        ),
+        (
+            "generator iteration (`n_critic` critic steps in a scan, whose body is counted once, "
+            "plus the"
+        ),
+        "generator step), and the same iteration written out (each critic step counted: what runs",
+        "per iteration) with the arrays its collectives move (a tuple operand counts each).",
+        f"Global batch = {PER_CHIP_BATCH} per chip. TPU programs are compiled ahead of time from a",
+        "CPU host with libtpu (`get_topology_desc`).",
+        "",
+        "| model | mesh | chips | critic step | generator iteration | written out | operands |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for dataset in ("8gaussians", "digits"):
         for label, topology, chips in MESHES:
             try:

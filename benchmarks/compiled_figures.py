@@ -44,7 +44,7 @@ def tpu_device(generation: str):
 
 
 def compile_for(device, fn, *args):
-    """``jax.jit(fn)`` lowered for ``args`` (arrays or ShapeDtypeStructs) on ``device``, compiled."""
+    """``jit(fn)`` lowered for ``args`` (arrays or ShapeDtypeStructs) on ``device``, compiled."""
     sharding = jax.sharding.SingleDeviceSharding(device)
     return jax.jit(fn, in_shardings=sharding).lower(*args).compile()
 

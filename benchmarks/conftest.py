@@ -1,4 +1,5 @@
-"""Benchmark set-up: CPU JAX, warm jitted functions, explicit rounds so the suite's run time is fixed.
+"""Benchmark set-up: CPU JAX, warm jitted functions, explicit rounds so the suite's run time is
+fixed.
 
 Each benchmark belongs to a ``benchmark.group`` holding every path compared in it; the path that the
 others are compared with carries ``extra_info["baseline"] = True`` (see ``report.py``).
@@ -9,12 +10,11 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
-import time  # noqa: E402
+import time
 
-import numpy as np  # noqa: E402
-
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import numpy as np
+import pytest
 
 TARGET_ROUND_S = 0.02  # tiny functions repeat inside a round until a round takes about this long
 

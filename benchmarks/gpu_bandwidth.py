@@ -35,8 +35,10 @@ def main():
     args = parser.parse_args()
     device = jax.devices()[0]
     rows = [
-        f"Device: {device.device_kind}; JAX {jax.__version__}. GB/s from minimum bytes; "
-        "kernel / XLA is a ratio of times (lower is better).",
+        (
+            f"Device: {device.device_kind}; JAX {jax.__version__}. GB/s from minimum bytes; "
+            "kernel / XLA is a ratio of times (lower is better)."
+        ),
         "",
         "| B x D | dtype | copy GB/s | kernel GB/s | XLA GB/s | kernel / XLA |",
         "|---|---|---|---|---|---|",

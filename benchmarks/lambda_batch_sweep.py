@@ -33,14 +33,14 @@ if "--devices" in sys.argv:  # before JAX starts: simulated CPU devices
 else:
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from fastgp.train.data import sample_toy, toy_modes  # noqa: E402
-from fastgp.train.quality import mode_quality  # noqa: E402
-from fastgp.train.recipes import TOY, toy_networks  # noqa: E402
-from fastgp.train.state import TrainConfig  # noqa: E402
-from fastgp.train.trainer import Trainer, make_mesh  # noqa: E402
+from fastgp.train.data import sample_toy, toy_modes
+from fastgp.train.quality import mode_quality
+from fastgp.train.recipes import TOY, toy_networks
+from fastgp.train.state import TrainConfig
+from fastgp.train.trainer import Trainer, make_mesh
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 REDUCTIONS = ("mean", "sum")
@@ -109,15 +109,19 @@ def _fmt(x):
 
 def write_table(cells, args, path):
     lines = [
-        f"# Penalty weight x global batch ({args.dataset}, {args.steps} generator steps, "
-        f"{args.devices} simulated devices, seed {args.seed})",
+        (
+            f"# Penalty weight x global batch ({args.dataset}, {args.steps} generator steps, "
+            f"{args.devices} simulated devices, seed {args.seed})"
+        ),
         "",
         "`python benchmarks/lambda_batch_sweep.py " + " ".join(sys.argv[1:]) + "`. "
         "Quality on 2500 samples; penalty and norms averaged over the critic's last tenth of "
         "steps. `sum` runs as the mean with weight lambda x B (identical value and gradients).",
         "",
-        "| reduction | lambda | batch | effective lambda | modes | high quality | penalty term "
-        "| mean (n - 1)^2 | norm mean | norm min | norm max | W estimate | wall s |",
+        (
+            "| reduction | lambda | batch | effective lambda | modes | high quality | penalty term "
+            "| mean (n - 1)^2 | norm mean | norm min | norm max | W estimate | wall s |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:

@@ -55,9 +55,11 @@ def main(argv=None) -> int:
     lines = [
         "# Multi-process cost on one machine",
         "",
-        f"`python benchmarks/multihost_ratio.py --steps {args.steps} --repeats "
-        f"{args.repeats}`: `fastgp train` on 8 Gaussians, {args.steps} generator steps, "
-        "train_s from summary.json (best of the interleaved repeats).",
+        (
+            f"`python benchmarks/multihost_ratio.py --steps {args.steps} --repeats "
+            f"{args.repeats}`: `fastgp train` on 8 Gaussians, {args.steps} generator steps, "
+            "train_s from summary.json (best of the interleaved repeats)."
+        ),
         "",
         "| layout | train_s (each repeat) | best |",
         "|---|---|---|",

@@ -139,8 +139,10 @@ def render_group(group, benches):
 def render_penalty_summary(groups):
     """One compact table: fastgp XLA / naive median ratio per shape and dtype."""
     lines = [
-        "| B x D | dtype | naive median | fastgp xla median | xla / naive (medians) "
-        "| median per-round ratio |",
+        (
+            "| B x D | dtype | naive median | fastgp xla median | xla / naive (medians) "
+            "| median per-round ratio |"
+        ),
         "|---|---|---|---|---|---|",
     ]
     for group in sorted(
@@ -161,8 +163,10 @@ def render_penalty_summary(groups):
 def render_step_summary(groups):
     """One row per critic: medians of each path and fastgp's ratios to naive and to plain."""
     lines = [
-        "| critic (batch) | plain | naive | fastgp | fastgp reverse | fastgp / naive "
-        "| fastgp / plain | fastgp reverse / naive | naive / plain |",
+        (
+            "| critic (batch) | plain | naive | fastgp | fastgp reverse | fastgp / naive "
+            "| fastgp / plain | fastgp reverse / naive | naive / plain |"
+        ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for group in sorted(g for g in groups if kind_of(g) == "step"):
@@ -186,11 +190,13 @@ def render(data, groups):
     lines = [
         "# Benchmark results (CPU)",
         "",
-        f"Run {data.get('datetime', '?')}; {cpu.get('brand_raw', '?')}, "
-        f"{cpu.get('count', '?')} logical CPUs, Python {m.get('python_version', '?')}. "
-        "Medians of warm, jitted calls, each blocked until ready; ratios are ratios of medians "
-        "within this one run. `load` is the 1-minute load average when the benchmark started "
-        "(other processes share these cores).",
+        (
+            f"Run {data.get('datetime', '?')}; {cpu.get('brand_raw', '?')}, "
+            f"{cpu.get('count', '?')} logical CPUs, Python {m.get('python_version', '?')}. "
+            "Medians of warm, jitted calls, each blocked until ready; ratios are ratios of medians "
+            "within this one run. `load` is the 1-minute load average when the benchmark started "
+            "(other processes share these cores)."
+        ),
         "",
         "## Summary: whole critic steps (ratios of medians)",
         "",

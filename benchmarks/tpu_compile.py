@@ -18,13 +18,13 @@ import time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
-import json  # noqa: E402
+import json
 
-import jax  # noqa: E402
+import jax
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import compiled_figures as cf  # noqa: E402
-import workloads as W  # noqa: E402
+import compiled_figures as cf
+import workloads as W
 
 OUT = pathlib.Path(__file__).parent / "results" / "tpu_compile.md"
 GENERATIONS = ("v5e", "v6e", "7x")
@@ -62,10 +62,15 @@ def render(records):
         "(argument and output sizes are the same for every variant of a critic). Compiler",
         "figures, not hardware times; ratios are to the naive step of the same generation and",
         "critic. `kernel`: the program contains the Mosaic (Pallas TPU) call. fastgp is the",
-        'default (`backend="auto"`: XLA on TPU; reverse-over-forward); `-pallas` forces the kernel.',
+        (
+            'default (`backend="auto"`: XLA on TPU; reverse-over-forward); `-pallas` forces the '
+            "kernel."
+        ),
         "",
-        "| generation | critic (batch, dtype) | variant | GFLOP | flops / naive | MB accessed "
-        "| bytes / naive | copy | copy-start | temp MiB | kernel | compile s |",
+        (
+            "| generation | critic (batch, dtype) | variant | GFLOP | flops / naive | MB accessed "
+            "| bytes / naive | copy | copy-start | temp MiB | kernel | compile s |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:

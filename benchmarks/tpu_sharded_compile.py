@@ -26,17 +26,17 @@ import time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
-import json  # noqa: E402
+import json
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import AxisType, Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import compiled_figures as cf  # noqa: E402
-import workloads as W  # noqa: E402
+import compiled_figures as cf
+import workloads as W
 
 OUT = pathlib.Path(__file__).parent / "results" / "tpu_sharded_compile.md"
 GLOBAL_BATCH = 256
@@ -139,16 +139,25 @@ def render(records):
     lines = [
         "# Sharded critic steps compiled for TPU meshes (AOT from a CPU host via libtpu)",
         "",
-        f"bf16 NHWC conv critic (32x32x3; 3x3 stride-1 convs of 32-64-128 channels, each followed "
-        f"by 2x2 mean-pooling; a dense head), global batch {GLOBAL_BATCH}: one "
-        "critic step (critic loss + penalty, value_and_grad, Adam) under `jax.jit` with",
-        "NamedSharding on an explicit mesh (no shard_map in the step). `per chip / 1 chip`: each "
-        "chip's flops and bytes accessed (XLA's cost analysis of the partitioned program) over",
-        "those of the same variant compiled for one chip at the per-chip batch. Collectives: "
-        "arrays carried per step. `kernel`: the Mosaic call is in the program.",
+        (
+            f"bf16 NHWC conv critic (32x32x3; 3x3 stride-1 convs of 32-64-128 channels, each "
+            f"followed by 2x2 mean-pooling; a dense head), global batch {GLOBAL_BATCH}: one "
+            "critic step (critic loss + penalty, value_and_grad, Adam) under `jax.jit` with"
+        ),
+        (
+            "NamedSharding on an explicit mesh (no shard_map in the step). `per chip / 1 chip`: "
+            "each chip's flops and bytes accessed (XLA's cost analysis of the partitioned "
+            "program) over"
+        ),
+        (
+            "those of the same variant compiled for one chip at the per-chip batch. Collectives: "
+            "arrays carried per step. `kernel`: the Mosaic call is in the program."
+        ),
         "",
-        "| mesh | x sharding | variant | GFLOP per chip | flops / 1 chip | MB per chip "
-        "| bytes / 1 chip | all-reduce | all-gather | all-to-all | permute | kernel |",
+        (
+            "| mesh | x sharding | variant | GFLOP per chip | flops / 1 chip | MB per chip "
+            "| bytes / 1 chip | all-reduce | all-gather | all-to-all | permute | kernel |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:

@@ -1,4 +1,5 @@
-"""Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.train.trainer.Trainer`` on one device.
+"""Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.train.trainer.Trainer`` on one
+device.
 
     JAX_PLATFORMS=cpu python benchmarks/tune_toy.py --dataset 25gaussians --seed 0
 

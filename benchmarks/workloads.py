@@ -1,8 +1,9 @@
 """Benchmark workloads shared by the pytest-benchmark suites and the TPU compile script.
 
     CRITICS[name], TPU_CRITICS[name] -> CriticSpec (model, batch, per-sample shape, dtype)
-    critic_step(spec, variant)       -> step(params, opt_state, real, fake, key) -> (params, opt, loss)
-    lazy_steps(spec, every, n)       -> n critic steps from Python, the penalty every ``every`` steps
+    critic_step(spec, variant)       -> step(params, opt_state, real, fake, key)
+                                        -> (params, opt, loss)
+    lazy_steps(spec, every, n)       -> n critic steps from Python, a penalty each ``every`` steps
     run_steps(steps, schedule)       -> jitted steps dispatched from Python, chaining the state
     penalty_vjp(path)                -> f(g) = value_and_grad of the penalty on gradients wrt g
     inputs(spec)                     -> (params, opt_state, real, fake, key) concrete arrays
@@ -74,7 +75,7 @@ def dcgan_critic(
     def init(key):
         keys = jax.random.split(key, layers + 1)
         params = []
-        for k, c_in, c_out in zip(keys, widths[:-1], widths[1:]):
+        for k, c_in, c_out in zip(keys, widths[:-1], widths[1:], strict=False):
             std = math.sqrt(2.0 / (c_in * 16))
             shape = (c_out, c_in, 4, 4) if nchw else (4, 4, c_in, c_out)
             params.append(
@@ -136,7 +137,7 @@ def meanpool_critic(
                 "w": math.sqrt(2.0 / (9 * c_in)) * jax.random.normal(k, (3, 3, c_in, c_out)),
                 "b": jnp.zeros((c_out,), jnp.float32),
             }
-            for k, c_in, c_out in zip(keys, widths[:-1], widths[1:])
+            for k, c_in, c_out in zip(keys, widths[:-1], widths[1:], strict=False)
         ]
         head = (side, side, widths[-1])
         params.append(
@@ -204,7 +205,7 @@ def _penalty(variant, critic, x_hat, weight, axis_name=None):
 def critic_loss(
     spec, variant, params, real, fake, key, weight=GP_WEIGHT, apply_gp=True, axis_name=None
 ):
-    """mean D(fake) - mean D(real) (+ the penalty at interpolates, unless ``variant == "plain"``)."""
+    """mean D(fake) - mean D(real), plus the penalty at interpolates unless the variant is plain."""
     critic = functools.partial(spec.model.apply, params, dtype=spec.dtype)
 
     def mean(v):

@@ -22,7 +22,8 @@ each device's block of a sharded leaf (``fastgp.partitioning``).
 """
 
 import functools
-from typing import Callable
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +34,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from fastgp.kernels import penalty_gpu, penalty_tpu
-from fastgp.partitioning import HOST_CALLBACKS, NO_TPU_PARTITIONER, per_device
+from fastgp.partitioning import HOST_CALLBACKS, NO_TPU_PARTITIONER, BlockSumsq, per_device
 
 BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xla")
 
@@ -41,7 +42,7 @@ BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xl
 # --- Leaf views ---------------------------------------------------------------------------------
 
 
-def image_channel_axis(shape) -> int | None:
+def image_channel_axis(shape: Sequence[int]) -> int | None:
     """1 (NCHW) or 3 (NHWC) for a (B, ., ., .) image whose channel axis is the smallest of the
     three and smaller than both spatial axes; None for any other shape."""
     if len(shape) != 4:
@@ -54,11 +55,11 @@ def image_channel_axis(shape) -> int | None:
     return None
 
 
-def _as_rows(leaf):
+def _as_rows(leaf: jax.Array) -> jax.Array:
     return rearrange(leaf, "b ... -> b (...)")
 
 
-def _as_lanes(leaf, channel_axis):
+def _as_lanes(leaf: jax.Array, channel_axis: int) -> jax.Array:
     """(H, W, C, B): XLA:TPU's physical order for a convolution's input-gradient."""
     return rearrange(leaf, "b c h w -> h w c b" if channel_axis == 1 else "b h w c -> h w c b")
 
@@ -66,14 +67,14 @@ def _as_lanes(leaf, channel_axis):
 # --- Implementations ----------------------------------------------------------------------------
 
 
-def xla_sumsq(leaf):
+def xla_sumsq(leaf: jax.Array) -> jax.Array:
     """(B,) sums of squares over every non-batch axis, plain jnp, float32 (float64 for float64)."""
     x = leaf.astype(jnp.result_type(jnp.float32, leaf.dtype))
     return jnp.sum(x * x, axis=tuple(range(1, leaf.ndim)))
 
 
-def _tpu_sumsq(interpret):
-    def sumsq(leaf):
+def _tpu_sumsq(interpret: bool | pltpu.InterpretParams) -> BlockSumsq:
+    def sumsq(leaf: jax.Array) -> jax.Array:
         axis = image_channel_axis(leaf.shape)
         if axis is not None:
             return penalty_tpu.lane_sumsq(_as_lanes(leaf, axis), interpret=interpret)
@@ -82,7 +83,7 @@ def _tpu_sumsq(interpret):
     return sumsq
 
 
-def _gpu_sumsq(interpret):
+def _gpu_sumsq(interpret: bool) -> BlockSumsq:
     return lambda leaf: penalty_gpu.row_sumsq(_as_rows(leaf), interpret=interpret)
 
 
@@ -93,14 +94,14 @@ _unsupported_p = Primitive("fastgp_backend_unsupported")
 _unsupported_p.def_abstract_eval(lambda x, *, message: x)
 
 
-def _raise_on_lowering(ctx, x, *, message):
+def _raise_on_lowering(ctx: Any, x: Any, *, message: str) -> NoReturn:
     raise ValueError(message)
 
 
 mlir.register_lowering(_unsupported_p, _raise_on_lowering)
 
 
-def _unsupported(backend: str) -> Callable:
+def _unsupported(backend: str) -> BlockSumsq:
     """A stand-in whose lowering raises a ValueError naming the alternatives."""
     message = (
         f"backend={backend!r} runs the Pallas TPU or GPU kernels, but this program is being "
@@ -109,7 +110,7 @@ def _unsupported(backend: str) -> Callable:
         f"JAX, or 'auto' (the default, XLA today)."
     )
 
-    def unsupported(leaf):
+    def unsupported(leaf: jax.Array) -> jax.Array:
         # Typed like the kernels' output in every sharding mode (manual axes inside shard_map,
         # the batch sharding under explicit axes), so that lax.platform_dependent accepts the
         # branch and the lowering is reached.
@@ -118,12 +119,12 @@ def _unsupported(backend: str) -> Callable:
     return unsupported
 
 
-def _per_platform(tpu: Callable, cuda: Callable, default: Callable) -> Callable:
+def _per_platform(tpu: BlockSumsq, cuda: BlockSumsq, default: BlockSumsq) -> BlockSumsq:
     return lambda leaf: lax.platform_dependent(leaf, tpu=tpu, cuda=cuda, default=default)
 
 
 @functools.cache
-def resolve(backend: str) -> Callable:
+def resolve(backend: str) -> BlockSumsq:
     """The per-leaf sum of squares for a backend name; raises ValueError for an unknown name.
 
     Every kernel backend partitions itself (``fastgp.partitioning``): under shard_map, explicit
@@ -148,7 +149,7 @@ def resolve(backend: str) -> Callable:
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
-def resolve_for(backend: str, *leaves) -> Callable:
+def resolve_for(backend: str, *leaves: jax.Array) -> BlockSumsq:
     """The per-leaf sum of squares for ``backend`` on these leaves: float64 runs on XLA (the
     kernels accumulate in float32), which ``"auto"`` and ``"xla"`` allow and the kernel backends
     refuse."""

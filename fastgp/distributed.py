@@ -11,10 +11,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fastgp._typing import AxisName, PyTree
 
-def varying_axes(tree) -> frozenset:
-    """The manual mesh axes (inside ``shard_map(check_vma=True)``) any leaf of ``tree`` varies over."""
-    axes = frozenset()
+
+def varying_axes(tree: PyTree) -> frozenset[str]:
+    """The manual mesh axes (inside ``shard_map(check_vma=True)``) that any leaf of ``tree`` varies
+    over."""
+    axes: frozenset[str] = frozenset()
     for leaf in jax.tree.leaves(tree):
         manual = getattr(jax.typeof(leaf), "manual_axis_type", None)
         if manual is not None:
@@ -23,7 +26,10 @@ def varying_axes(tree) -> frozenset:
 
 
 def require_axis_name(
-    tree, axis_name, what: str, consequence: str = "the mean would be over this shard only"
+    tree: PyTree,
+    axis_name: AxisName,
+    what: str,
+    consequence: str = "the mean would be over this shard only",
 ) -> None:
     """Raise a ValueError when ``tree`` varies over manual mesh axes but ``axis_name`` is None.
 
@@ -44,20 +50,20 @@ def require_axis_name(
         )
 
 
-def _collective_axes(axis_name):
+def _collective_axes(axis_name: AxisName) -> tuple[str, ...]:
     """The axes to reduce over: () for None or an explicit per-shard ``()``."""
     if axis_name is None:
         return ()
     return axis_name if isinstance(axis_name, tuple) else (axis_name,)
 
 
-def global_sum(value, axis_name=None):
+def global_sum(value: jax.Array, axis_name: AxisName = None) -> jax.Array:
     """``value`` summed over the shards of ``axis_name`` (unchanged when there are none)."""
     axes = _collective_axes(axis_name)
     return lax.psum(value, axes) if axes else value
 
 
-def global_count(local_batch: int, axis_name=None):
+def global_count(local_batch: int, axis_name: AxisName = None) -> jax.Array:
     """The global batch size as a float32 scalar: ``local_batch`` times the shard count.
 
     Static (the mesh's axis sizes are known at trace time), so it costs no collective.
@@ -65,7 +71,7 @@ def global_count(local_batch: int, axis_name=None):
     return jnp.float32(local_batch * shard_count(axis_name))
 
 
-def global_mean(values, axis_name=None):
+def global_mean(values: jax.Array, axis_name: AxisName = None) -> jax.Array:
     """Mean of a (B_local,) array over the global batch (float32, or float64 for f64 input).
 
     With ``axis_name`` it is ``psum(sum) / psum(count)``: exact for any shard sizes, and identical
@@ -76,13 +82,13 @@ def global_mean(values, axis_name=None):
     return total / global_count(values.shape[0], axis_name).astype(dtype)
 
 
-def shard_count(axis_name=None) -> int:
+def shard_count(axis_name: AxisName = None) -> int:
     """Number of shards over ``axis_name`` (1 without one), a Python int at trace time."""
     axes = _collective_axes(axis_name)
     return int(lax.psum(1, axes)) if axes else 1
 
 
-def global_batch_slice(values, local_batch, axis_name):
+def global_batch_slice(values: jax.Array, local_batch: int, axis_name: AxisName) -> jax.Array:
     """This shard's contiguous slice of a global-batch array (leading axis = global batch)."""
     axes = _collective_axes(axis_name)
     if not axes:

@@ -11,13 +11,16 @@ Two limits of interpret mode, and what fastgp does about each:
   jitted function so that, for interpret backends, every call waits for its result.
 """
 
+from collections.abc import Callable, Collection
+from typing import Any
+
 import jax
 
 INTERPRET_BACKENDS = ("interpret", "tpu-interpret", "gpu-interpret")
 NOT_IN_SHARD_MAP = ("interpret", "gpu-interpret")
 
 
-def check_backend_for_manual_axes(backend: str, manual_axes) -> None:
+def check_backend_for_manual_axes(backend: str, manual_axes: Collection[str]) -> None:
     """Raise a ValueError if ``backend`` cannot run on data that varies over ``manual_axes``."""
     if manual_axes and backend in NOT_IN_SHARD_MAP:
         raise ValueError(
@@ -30,15 +33,15 @@ def check_backend_for_manual_axes(backend: str, manual_axes) -> None:
 class _Blocking:
     """A jitted function that returns only once its result is ready (``lower`` is kept for AOT)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn: Any) -> None:
         self._fn = fn
         self.lower = fn.lower
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return jax.block_until_ready(self._fn(*args, **kwargs))
 
 
-def blocking(fn, backend: str):
+def blocking(fn: Callable[..., Any], backend: str) -> Callable[..., Any]:
     """``fn`` itself, or for an interpret backend a wrapper that waits for every result."""
     return _Blocking(fn) if backend in INTERPRET_BACKENDS else fn
 

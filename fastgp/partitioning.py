@@ -27,48 +27,53 @@ Those two run under explicit sharding and inside shard_map.
 """
 
 import math
-from typing import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import jax
 from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-BlockSumsq = Callable[[jax.Array], jax.Array]
+BlockSumsq = Callable[[jax.Array], jax.Array]  # (b, ...) block -> (b,) sums of squares
+Spec = tuple[Any, ...]  # a PartitionSpec's entries: None, a mesh axis name, or a tuple of names
 
 
 # --- PartitionSpec arithmetic -------------------------------------------------------------------
 
 
-def _axes(entry) -> tuple[str, ...]:
+def _axes(entry: str | tuple[str, ...] | None) -> tuple[str, ...]:
     """The mesh axes of one PartitionSpec entry (None, a name, or a tuple of names)."""
     if entry is None:
         return ()
     return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
-def full_spec(spec, ndim: int) -> tuple:
+def full_spec(spec: Iterable[Any], ndim: int) -> Spec:
     """``spec`` padded with None to one entry per array dimension."""
     spec = tuple(spec)
     return spec + (None,) * (ndim - len(spec))
 
 
-def reduced_mesh_axes(spec) -> tuple[str, ...]:
+def reduced_mesh_axes(spec: Sequence[Any]) -> tuple[str, ...]:
     """The mesh axes that split a reduced (non-batch) dimension: the psum the sums need."""
     return tuple(axis for entry in spec[1:] for axis in _axes(entry))
 
 
-def _describe(shape, spec) -> str:
+def _describe(shape: Sequence[int], spec: Iterable[Any]) -> str:
     return f"a leaf of shape {tuple(shape)} sharded as {P(*spec)}"
 
 
-def check_even(shape, spec, axis_sizes, backend: str) -> None:
+def check_even(
+    shape: Sequence[int], spec: Sequence[Any], axis_sizes: Mapping[str, int], backend: str
+) -> None:
     """Every sharded reduced dimension must split evenly: its padding would be summed. (A ragged
     batch is fine: the padded samples' sums are discarded with the padding.)"""
-    for dim, (size, entry) in enumerate(zip(shape, spec)):
+    # A spec may be shorter than the shape: the dimensions past it are not split.
+    for dim, (size, entry) in enumerate(zip(shape, spec, strict=False)):
         if dim == 0:
             continue
         shards = math.prod(axis_sizes[axis] for axis in _axes(entry))
@@ -81,11 +86,11 @@ def check_even(shape, spec, axis_sizes, backend: str) -> None:
             )
 
 
-def _block_sums(block_sumsq: BlockSumsq, spec) -> BlockSumsq:
+def _block_sums(block_sumsq: BlockSumsq, spec: Sequence[Any]) -> BlockSumsq:
     """One device's (b,) sums: the kernel on its block, psum'd over the reduced mesh axes."""
     axes = reduced_mesh_axes(spec)
 
-    def sums(block):
+    def sums(block: jax.Array) -> jax.Array:
         partial = block_sumsq(block)
         return lax.psum(partial, axes) if axes else partial
 
@@ -95,7 +100,9 @@ def _block_sums(block_sumsq: BlockSumsq, spec) -> BlockSumsq:
 # --- Explicit sharding: the leaf's type says where each block lives ------------------------------
 
 
-def _explicit(block_sumsq: BlockSumsq, leaf, mesh, backend: str):
+def _explicit(
+    block_sumsq: BlockSumsq, leaf: jax.Array, mesh: Mesh | AbstractMesh, backend: str
+) -> jax.Array:
     spec = full_spec(jax.typeof(leaf).sharding.spec, leaf.ndim)
     check_even(leaf.shape, spec, mesh.shape, backend)
     # check_vma=False: this shard_map is only ever on the primal path (the derivative is the jnp
@@ -127,7 +134,7 @@ batching.primitive_batchers[_unpartitioned_p] = lambda args, dims, **params: (
 )
 
 
-def _lower_unpartitioned(ctx, x, *, message, export_only):
+def _lower_unpartitioned(ctx: Any, x: Any, *, message: str, export_only: bool) -> list[Any]:
     several = getattr(ctx.module_context.axis_context, "num_devices", 1) > 1
     exporting = ctx.module_context.lowering_parameters.for_export
     if several and (exporting or not export_only):
@@ -138,7 +145,7 @@ def _lower_unpartitioned(ctx, x, *, message, export_only):
 mlir.register_lowering(_unpartitioned_p, _lower_unpartitioned)
 
 
-def _refuse_when_lowered(leaf, message: str, export_only: bool = False):
+def _refuse_when_lowered(leaf: jax.Array, message: str, export_only: bool = False) -> jax.Array:
     return _unpartitioned_p.bind(leaf, message=message, export_only=export_only)
 
 
@@ -172,7 +179,7 @@ def _single_device_only(block_sumsq: BlockSumsq, backend: str, reason: str) -> B
 # --- Auto sharding: the partitioner decides and calls back --------------------------------------
 
 
-def _named_sharding(arg, backend: str) -> NamedSharding:
+def _named_sharding(arg: Any, backend: str) -> NamedSharding:
     sharding = arg.sharding
     if not isinstance(sharding, NamedSharding):
         raise ValueError(
@@ -189,18 +196,22 @@ def _auto(block_sumsq: BlockSumsq, backend: str) -> BlockSumsq:
     """``block_sumsq`` as a custom_partitioning op: (B, ...) leaf -> (B,) sums."""
 
     @custom_partitioning
-    def partitioned(leaf):
+    def partitioned(leaf: jax.Array) -> jax.Array:
         return block_sumsq(leaf)
 
-    def layout(arg):
+    def layout(arg: Any) -> tuple[NamedSharding, Spec]:
         sharding = _named_sharding(arg, backend)
         return sharding, full_spec(sharding.spec, len(arg.shape))
 
-    def infer_sharding_from_operands(mesh, arg_shapes, result_shape):
+    def infer_sharding_from_operands(
+        mesh: Any, arg_shapes: Sequence[Any], result_shape: Any
+    ) -> NamedSharding:
         sharding, spec = layout(arg_shapes[0])
         return NamedSharding(sharding.mesh, P(spec[0]))
 
-    def partition(mesh, arg_shapes, result_shape):
+    def partition(
+        mesh: Any, arg_shapes: Sequence[Any], result_shape: Any
+    ) -> tuple[Any, BlockSumsq, NamedSharding, tuple[NamedSharding]]:
         (arg,) = arg_shapes
         sharding, spec = layout(arg)
         check_even(arg.shape, spec, sharding.mesh.shape, backend)
@@ -211,7 +222,9 @@ def _auto(block_sumsq: BlockSumsq, backend: str) -> BlockSumsq:
             (sharding,),
         )
 
-    def sharding_rule(mesh, operand_types, result_types):
+    def sharding_rule(
+        mesh: Any, operand_types: Sequence[Any], result_types: Any
+    ) -> tuple[str, dict[str, tuple[str, ...]]]:
         reduced = tuple(f"r{dim}" for dim in range(1, len(operand_types[0].shape)))
         return f"b {' '.join(reduced)} -> b", {"reduction_factors": reduced}
 
@@ -236,11 +249,13 @@ def _merging_vmapped_batches(sumsq: BlockSumsq) -> BlockSumsq:
     (V, B, ...) leaf is reduced as one (V * B, ...) batch."""
 
     @jax.custom_batching.custom_vmap
-    def batchable(leaf):
+    def batchable(leaf: jax.Array) -> jax.Array:
         return sumsq(leaf)
 
     @batchable.def_vmap
-    def _vmapped(axis_size, in_batched, leaf):
+    def _vmapped(
+        axis_size: int, in_batched: Sequence[bool], leaf: jax.Array
+    ) -> tuple[jax.Array, bool]:
         if not in_batched[0]:
             return batchable(leaf), False
         sums = batchable(leaf.reshape((axis_size * leaf.shape[1],) + leaf.shape[2:]))
@@ -252,7 +267,7 @@ def _merging_vmapped_batches(sumsq: BlockSumsq) -> BlockSumsq:
 # --- Dispatch on the sharding mode --------------------------------------------------------------
 
 
-def _mesh_of(leaf):
+def _mesh_of(leaf: jax.Array) -> Mesh | AbstractMesh:
     mesh = jax.typeof(leaf).sharding.mesh
     return mesh if not mesh.empty else jax.sharding.get_abstract_mesh()
 
@@ -277,7 +292,7 @@ def per_device(
     else:
         auto = _single_device_only(block_sumsq, backend, unpartitionable)
 
-    def sumsq(leaf):
+    def sumsq(leaf: jax.Array) -> jax.Array:
         mesh = _mesh_of(leaf)
         types = frozenset(mesh.axis_types) if not mesh.empty else frozenset()
         if types == {AxisType.Manual}:
@@ -287,11 +302,13 @@ def per_device(
         if types == {AxisType.Explicit}:
             return _explicit(block_sumsq, leaf, mesh, backend)
         spec = full_spec(jax.typeof(leaf).sharding.spec, leaf.ndim)
+        axis_types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
         raise ValueError(
             f"backend={backend!r}: {_describe(leaf.shape, spec)} is traced on a mesh with axis "
-            f"types {dict(zip(mesh.axis_names, mesh.axis_types))}; the kernel partitions itself "
-            f"when every axis is Auto, every axis is Explicit, or inside a shard_map over every axis. "
-            f"Make the shard_map cover every mesh axis, use one axis type, or use backend='xla'."
+            f"types {axis_types}; the kernel partitions itself "
+            f"when every axis is Auto, every axis is Explicit, or inside a shard_map over every "
+            f"axis. Make the shard_map cover every mesh axis, use one axis type, or use "
+            f"backend='xla'."
         )
 
     return sumsq

@@ -1,9 +1,9 @@
 """Public gradient-penalty API: one surface for the penalty, its gradients and its diagnostics.
 
-    gradient_penalty(critic, x, *, kind, target, weight, ...)     -> scalar
-    penalty_from_grads(grads, *, kind, target, weight, ...)        -> scalar
-    grad_norms(grads)                                              -> (B,) per-sample L2 norms
-    interpolate(key, real, fake)                                   -> x_hat, alpha ~ U[0, 1] per sample
+    gradient_penalty(critic, x, *, kind, target, weight, ...)   -> scalar
+    penalty_from_grads(grads, *, kind, target, weight, ...)     -> scalar
+    grad_norms(grads)                                           -> (B,) per-sample L2 norms
+    interpolate(key, real, fake)                                -> x_hat, alpha ~ U[0, 1] per sample
 
 ``grads`` and ``x`` are arrays or pytrees of arrays sharing a leading batch axis B. Norms always
 accumulate in float32 (float64 for float64 input with x64 enabled), whatever the input dtype, and
@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from fastgp import validation
+from fastgp._typing import AxisName, Critic, PyTree
 from fastgp.distributed import global_batch_slice, global_mean, require_axis_name, shard_count
 from fastgp.rowops import norms_and_penalties
 from fastgp.second_order import mean_penalty_and_norms
@@ -28,7 +29,9 @@ REMAT_POLICIES = {
 }
 
 
-def per_sample_penalties(grads, *, kind="wgan-gp", target=1.0, backend="auto"):
+def per_sample_penalties(
+    grads: PyTree, *, kind: str = "wgan-gp", target: float = 1.0, backend: str = "auto"
+) -> tuple[jax.Array, jax.Array]:
     """(norms, penalties), each (B,) float32, for a pytree of (B, ...) input-gradients."""
     validation.check_kind(kind)
     validation.check_backend(backend)
@@ -38,15 +41,21 @@ def per_sample_penalties(grads, *, kind="wgan-gp", target=1.0, backend="auto"):
     return norms_and_penalties(leaves, kind, target, backend)
 
 
-def grad_norms(grads, *, backend="auto"):
+def grad_norms(grads: PyTree, *, backend: str = "auto") -> jax.Array:
     """(B,) float32 L2 norm of each sample's gradient over every leaf and non-batch element."""
     norms, _ = per_sample_penalties(grads, kind="r1", backend=backend)
     return norms
 
 
 def penalty_and_norms_from_grads(
-    grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT, backend="auto", axis_name=None
-):
+    grads: PyTree,
+    *,
+    kind: str = "wgan-gp",
+    target: float = 1.0,
+    weight: float | jax.Array = DEFAULT_WEIGHT,
+    backend: str = "auto",
+    axis_name: AxisName = None,
+) -> tuple[jax.Array, jax.Array]:
     """(``weight * mean_b p(n_b)`` over the global batch, (B_local,) float32 norms)."""
     weight = validation.check_weight(weight)
     validation.check_axis_name(axis_name)
@@ -56,8 +65,14 @@ def penalty_and_norms_from_grads(
 
 
 def penalty_from_grads(
-    grads, *, kind="wgan-gp", target=1.0, weight=DEFAULT_WEIGHT, backend="auto", axis_name=None
-):
+    grads: PyTree,
+    *,
+    kind: str = "wgan-gp",
+    target: float = 1.0,
+    weight: float | jax.Array = DEFAULT_WEIGHT,
+    backend: str = "auto",
+    axis_name: AxisName = None,
+) -> jax.Array:
     """``weight * mean_b p(n_b)`` over the global batch, for input-gradients already computed.
 
     Differentiable in ``grads`` to any order (the kernels' nested custom VJPs).
@@ -68,7 +83,7 @@ def penalty_from_grads(
     return penalty
 
 
-def input_gradients(critic, x):
+def input_gradients(critic: Critic, x: PyTree) -> tuple[jax.Array, PyTree]:
     """(scores (B,), d sum(scores) / dx) for a per-sample critic; gradients share x's structure."""
     _, batch = validation.leaves_of(x, "x")
     scores, pullback = jax.vjp(lambda y: validation.call_critic(critic, y), x)
@@ -77,7 +92,7 @@ def input_gradients(critic, x):
     return flat, grads
 
 
-def remat_critic(critic, remat=None):
+def remat_critic(critic: Critic, remat: str | None = None) -> Critic:
     """``critic`` under ``jax.checkpoint`` with the named policy (``None`` returns it unchanged)."""
     validation.check_choice("remat", remat, tuple(REMAT_POLICIES))
     if remat is None:
@@ -86,17 +101,17 @@ def remat_critic(critic, remat=None):
 
 
 def gradient_penalty_and_norms(
-    critic,
-    x,
+    critic: Critic,
+    x: PyTree,
     *,
-    kind="wgan-gp",
-    target=1.0,
-    weight=DEFAULT_WEIGHT,
-    backend="auto",
-    axis_name=None,
-    second_order="reverse-over-forward",
-    remat=None,
-):
+    kind: str = "wgan-gp",
+    target: float = 1.0,
+    weight: float | jax.Array = DEFAULT_WEIGHT,
+    backend: str = "auto",
+    axis_name: AxisName = None,
+    second_order: str = "reverse-over-forward",
+    remat: str | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """Like :func:`gradient_penalty`, also returning the (B_local,) float32 input-gradient norms."""
     validation.check_kind(kind)
     validation.check_backend(backend)
@@ -120,17 +135,17 @@ def gradient_penalty_and_norms(
 
 
 def gradient_penalty(
-    critic,
-    x,
+    critic: Critic,
+    x: PyTree,
     *,
-    kind="wgan-gp",
-    target=1.0,
-    weight=DEFAULT_WEIGHT,
-    backend="auto",
-    axis_name=None,
-    second_order="reverse-over-forward",
-    remat=None,
-):
+    kind: str = "wgan-gp",
+    target: float = 1.0,
+    weight: float | jax.Array = DEFAULT_WEIGHT,
+    backend: str = "auto",
+    axis_name: AxisName = None,
+    second_order: str = "reverse-over-forward",
+    remat: str | None = None,
+) -> jax.Array:
     """Gradient penalty ``weight * mean_b p(||∂D(x)_b / ∂x_b||)`` of ``critic`` at points ``x``.
 
     Args:
@@ -166,7 +181,9 @@ def gradient_penalty(
     return penalty
 
 
-def interpolate(key, real, fake, *, axis_name=None):
+def interpolate(
+    key: jax.Array, real: PyTree, fake: PyTree, *, axis_name: AxisName = None
+) -> PyTree:
     """``real + alpha * (fake - real)`` with one alpha ~ U[0, 1] per sample, shared by all leaves.
 
     Inside ``shard_map`` pass ``axis_name``: alpha is then drawn for the global batch and each
@@ -187,7 +204,7 @@ def interpolate(key, real, fake, *, axis_name=None):
     if shards != 1:
         alpha = global_batch_slice(alpha, batch, axis_name)
 
-    def mix(r, f):
+    def mix(r: jax.Array, f: jax.Array) -> jax.Array:
         a = alpha.reshape((batch,) + (1,) * (r.ndim - 1)).astype(r.dtype)
         return r + a * (f - r)
 

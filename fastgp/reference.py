@@ -1,15 +1,18 @@
 """The naive jnp gradient penalty, written the way most trainers write it. Kept as the oracle.
 
 No kernels, no custom VJPs: ``jax.grad`` of the summed critic output, ``sqrt(sum(g ** 2))`` per
-sample (in float32, or float64), the penalty, the mean. Its backward divides by the norm, so a sample with a
-zero input-gradient turns every parameter gradient into NaN; that is the failure fastgp removes.
+sample (in float32, or float64), the penalty, the mean. Its backward divides by the norm, so a
+sample with a zero input-gradient turns every parameter gradient into NaN; that is the failure
+fastgp removes.
 """
 
 import jax
 import jax.numpy as jnp
 
+from fastgp._typing import Critic, PyTree
 
-def naive_grad_norms(grads):
+
+def naive_grad_norms(grads: PyTree) -> jax.Array:
     """(B,) per-sample L2 norms, plain jnp, in float32 (float64 for float64 input)."""
     leaves = jax.tree.leaves(grads)
     dtype = jnp.result_type(jnp.float32, *(leaf.dtype for leaf in leaves))
@@ -21,7 +24,7 @@ def naive_grad_norms(grads):
     return jnp.sqrt(sumsq)
 
 
-def naive_penalties(norms, *, kind="wgan-gp", target=1.0):
+def naive_penalties(norms: jax.Array, *, kind: str = "wgan-gp", target: float = 1.0) -> jax.Array:
     """Per-sample penalty of a (B,) norm vector."""
     if kind == "wgan-gp":
         return (norms / target - 1.0) ** 2
@@ -32,12 +35,21 @@ def naive_penalties(norms, *, kind="wgan-gp", target=1.0):
     raise ValueError(f"unknown penalty kind {kind!r}")
 
 
-def naive_penalty_from_grads(grads, *, kind="wgan-gp", target=1.0, weight=10.0):
+def naive_penalty_from_grads(
+    grads: PyTree, *, kind: str = "wgan-gp", target: float = 1.0, weight: float | jax.Array = 10.0
+) -> jax.Array:
     """weight * mean_b p(n_b) on one device."""
     return weight * jnp.mean(naive_penalties(naive_grad_norms(grads), kind=kind, target=target))
 
 
-def naive_gradient_penalty(critic, x, *, kind="wgan-gp", target=1.0, weight=10.0):
+def naive_gradient_penalty(
+    critic: Critic,
+    x: PyTree,
+    *,
+    kind: str = "wgan-gp",
+    target: float = 1.0,
+    weight: float | jax.Array = 10.0,
+) -> jax.Array:
     """Nested-``jax.grad`` gradient penalty of ``critic`` at ``x`` (one device, whole batch)."""
     grads = jax.grad(lambda y: jnp.sum(critic(y)))(x)
     return naive_penalty_from_grads(grads, kind=kind, target=target, weight=weight)

@@ -18,25 +18,30 @@ parameter gradient finite for dead or flat critics.
 
 import functools
 import operator
+from collections.abc import Sequence
+from typing import cast
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fastgp.backends import resolve_for
 from fastgp.kernels import penalty_of_norm, penalty_slope
 
 
-def _tiny(dtype):
+def _tiny(dtype: np.dtype) -> float:
     return float(jnp.finfo(dtype).tiny)
 
 
-def safe_inverse(norm):
+def safe_inverse(norm: jax.Array) -> jax.Array:
     """``1 / norm`` where the norm is positive, 0 where it is 0 (differentiable, finite)."""
     positive = norm >= _tiny(norm.dtype)
     return jnp.where(positive, 1.0 / jnp.where(positive, norm, 1.0), 0.0)
 
 
-def row_scale(norm, ct_norm, ct_penalty, kind, target):
+def row_scale(
+    norm: jax.Array, ct_norm: jax.Array, ct_penalty: jax.Array, kind: str, target: float
+) -> jax.Array:
     """(B,) factors s with ``d<ct, (norm, penalty)> / dg_b = s_b * g_b`` (0 where the norm is 0).
 
     ``d n_b / d g_b = g_b / n_b``, so ``s_b = (ct_norm_b + ct_penalty_b * p'(n_b)) / n_b``.
@@ -44,17 +49,20 @@ def row_scale(norm, ct_norm, ct_penalty, kind, target):
     return (ct_norm + ct_penalty * penalty_slope(norm, kind, target)) * safe_inverse(norm)
 
 
-def row_dots(leaves, other_leaves):
+def row_dots(leaves: Sequence[jax.Array], other_leaves: Sequence[jax.Array]) -> jax.Array:
     """(B,) per-sample dot products over all leaves, accumulated in float32 (float64 for f64)."""
     dtype = jnp.result_type(jnp.float32, *(leaf.dtype for leaf in leaves))
-    return sum(
+    dots = sum(
         jnp.sum(a.astype(dtype) * b.astype(dtype), axis=tuple(range(1, a.ndim)))
-        for a, b in zip(leaves, other_leaves)
+        for a, b in zip(leaves, other_leaves, strict=True)
     )
+    return cast(jax.Array, dots)  # an array, not sum()'s 0: there is at least one leaf
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
-def norms_and_penalties(leaves, kind, target, backend):
+def norms_and_penalties(
+    leaves: tuple[jax.Array, ...], kind: str, target: float, backend: str
+) -> tuple[jax.Array, jax.Array]:
     """Per-sample L2 norms over all leaves and the per-sample penalty of ``kind``.
 
     Args:
@@ -73,7 +81,13 @@ def norms_and_penalties(leaves, kind, target, backend):
 
 
 @norms_and_penalties.defjvp
-def _norms_and_penalties_jvp(kind, target, backend, primals, tangents):
+def _norms_and_penalties_jvp(
+    kind: str,
+    target: float,
+    backend: str,
+    primals: tuple[tuple[jax.Array, ...]],
+    tangents: tuple[tuple[jax.Array, ...]],
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     (leaves,), (leaf_tangents,) = primals, tangents
     norm, penalty = norms_and_penalties(leaves, kind, target, backend)
     d_norm = row_dots(leaves, leaf_tangents) * safe_inverse(norm)

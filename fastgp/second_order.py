@@ -15,16 +15,25 @@ has no JVP rule); :func:`mean_penalty_and_norms` says so by name.
 """
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from fastgp import validation
+from fastgp._typing import AxisName, Critic, PyTree
 from fastgp.distributed import global_count, global_mean
 from fastgp.rowops import norms_and_penalties, row_scale
 
+Converted = Callable[..., jax.Array]  # the closure-converted critic: (x, *consts) -> scores
+Consts = tuple[jax.Array, ...]  # the critic's hoisted closed-over values (its parameters)
+Residuals = tuple[PyTree, Consts, PyTree, jax.Array]  # x, consts, grads, norms
 
-def mean_penalty_and_norms(critic, x, *, kind, target, backend, axis_name):
+
+def mean_penalty_and_norms(
+    critic: Critic, x: PyTree, *, kind: str, target: float, backend: str, axis_name: AxisName
+) -> tuple[jax.Array, jax.Array]:
     """(mean_b p(n_b) over the global batch, (B_local,) norms), differentiated reverse-over-forward.
 
     Args:
@@ -52,7 +61,7 @@ def mean_penalty_and_norms(critic, x, *, kind, target, backend, axis_name):
         ) from err
 
 
-def _input_gradients(converted, x, consts):
+def _input_gradients(converted: Converted, x: PyTree, consts: Consts) -> PyTree:
     """(grads of Σ scores w.r.t. x, in x's structure) for the closure-converted critic."""
     _, batch = validation.leaves_of(x, "x")
     scores, pullback = jax.vjp(lambda y: converted(y, *consts), x)
@@ -61,7 +70,15 @@ def _input_gradients(converted, x, consts):
     return grads
 
 
-def _forward(converted, kind, target, backend, axis_name, x, consts):
+def _forward(
+    converted: Converted,
+    kind: str,
+    target: float,
+    backend: str,
+    axis_name: AxisName,
+    x: PyTree,
+    consts: Consts,
+) -> tuple[jax.Array, jax.Array, PyTree]:
     grads = _input_gradients(converted, x, consts)
     leaves, _ = validation.leaves_of(grads, "grads")
     norms, penalties = norms_and_penalties(leaves, kind, target, backend)
@@ -69,21 +86,37 @@ def _forward(converted, kind, target, backend, axis_name, x, consts):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
-def _mean_penalty(converted, kind, target, backend, axis_name, x, consts):
+def _mean_penalty(
+    converted: Converted,
+    kind: str,
+    target: float,
+    backend: str,
+    axis_name: AxisName,
+    x: PyTree,
+    consts: Consts,
+) -> tuple[jax.Array, jax.Array]:
     mean, norms, _ = _forward(converted, kind, target, backend, axis_name, x, consts)
     return mean, norms
 
 
-def _mean_penalty_fwd(converted, kind, target, backend, axis_name, x, consts):
+def _mean_penalty_fwd(
+    converted: Converted,
+    kind: str,
+    target: float,
+    backend: str,
+    axis_name: AxisName,
+    x: PyTree,
+    consts: Consts,
+) -> tuple[tuple[jax.Array, jax.Array], Residuals]:
     mean, norms, grads = _forward(converted, kind, target, backend, axis_name, x, consts)
     return (mean, norms), (x, consts, grads, norms)
 
 
-def _scale_like(scale, tree):
+def _scale_like(scale: jax.Array, tree: PyTree) -> PyTree:
     """``scale[b] * leaf[b]`` for every (B, ...) leaf of ``tree``, computed in float32 (or wider),
     returned in each leaf's dtype. Left to XLA, which fuses it into the JVP that consumes it."""
 
-    def scaled(leaf):
+    def scaled(leaf: jax.Array) -> jax.Array:
         dtype = jnp.promote_types(leaf.dtype, scale.dtype)
         factor = scale.astype(dtype).reshape((-1,) + (1,) * (leaf.ndim - 1))
         return (factor * leaf.astype(dtype)).astype(leaf.dtype)
@@ -91,33 +124,43 @@ def _scale_like(scale, tree):
     return jax.tree.map(scaled, tree)
 
 
-def _differentiable(value) -> bool:
+def _differentiable(value: Any) -> bool:
     return jnp.issubdtype(jnp.result_type(value), jnp.inexact)
 
 
-def _zero_cotangent(value):
+def _zero_cotangent(value: Any) -> jax.Array:
     """The cotangent of a non-differentiable input (integer arrays, keys): float0 zeros."""
     return jnp.zeros(jnp.shape(value), jax.dtypes.float0)
 
 
-def _mean_penalty_bwd(converted, kind, target, backend, axis_name, residuals, cotangents):
+def _mean_penalty_bwd(
+    converted: Converted,
+    kind: str,
+    target: float,
+    backend: str,
+    axis_name: AxisName,
+    residuals: Residuals,
+    cotangents: tuple[jax.Array, jax.Array],
+) -> tuple[PyTree, Consts]:
     x, consts, grads, norms = residuals
     ct_mean, ct_norms = cotangents
     ct_penalty = ct_mean / global_count(norms.shape[0], axis_name).astype(norms.dtype)
     v = _scale_like(row_scale(norms, ct_norms, ct_penalty, kind, target), grads)
 
     where = tuple(_differentiable(c) for c in consts)
-    live = tuple(c for c, d in zip(consts, where) if d)
+    live = tuple(c for c, d in zip(consts, where, strict=True) if d)
 
-    def directional(x, live):
+    def directional(x: PyTree, live: Consts) -> jax.Array:
         it = iter(live)
-        full = tuple(next(it) if d else c for c, d in zip(consts, where))
+        full = tuple(next(it) if d else c for c, d in zip(consts, where, strict=True))
         _, tangent = jax.jvp(lambda y: converted(y, *full), (x,), (v,))
         return jnp.sum(tangent, dtype=jnp.promote_types(tangent.dtype, jnp.float32))
 
     ct_x, ct_live = jax.grad(directional, argnums=(0, 1))(x, live)
     it = iter(ct_live)
-    ct_consts = tuple(next(it) if d else _zero_cotangent(c) for c, d in zip(consts, where))
+    ct_consts = tuple(
+        next(it) if d else _zero_cotangent(c) for c, d in zip(consts, where, strict=True)
+    )
     return ct_x, ct_consts
 
 

@@ -23,11 +23,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fastgp._typing import Critic, PyTree
 from fastgp.interpret_mode import INTERPRET_BACKENDS
 from fastgp.penalty import DEFAULT_WEIGHT, gradient_penalty
 from fastgp.reference import naive_gradient_penalty
 
-PenaltyFn = Callable[[Callable, Any], jax.Array]  # penalty_fn(critic, x) -> scalar
+PenaltyFn = Callable[[Critic, PyTree], jax.Array]  # penalty_fn(critic, x) -> scalar
+Apply = Callable[[PyTree, PyTree], jax.Array]  # apply(params, x) -> scores (B,) or (B, 1)
+MakeStep = Callable[[PenaltyFn], Callable[..., Any]]  # make_step(penalty_fn) -> step(*args)
 ORDER_NAMES = ("value", "parameter gradient", "Hessian-vector product")
 
 
@@ -63,25 +66,26 @@ def _default_penalty_fn(
     )
 
 
-def _random_tangent(params, seed: int):
+def _random_tangent(params: PyTree, seed: int) -> PyTree:
     """A standard-normal pytree shaped and typed like ``params`` (one key per leaf)."""
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return treedef.unflatten(
+    return jax.tree.unflatten(
+        treedef,
         [
             jax.random.normal(k, jnp.shape(leaf), jnp.result_type(leaf))
-            for k, leaf in zip(keys, leaves)
-        ]
+            for k, leaf in zip(keys, leaves, strict=True)
+        ],
     )
 
 
-def _derivatives(penalty_fn: PenaltyFn, apply: Callable, orders: int):
+def _derivatives(penalty_fn: PenaltyFn, apply: Apply, orders: int) -> Callable[..., list[Any]]:
     """Jitted ``(params, x, tangent) -> [value, d/dparams, HVP along tangent][:orders + 1]``."""
 
-    def loss(params, x):
+    def loss(params: PyTree, x: PyTree) -> jax.Array:
         return penalty_fn(functools.partial(apply, params), x)
 
-    def run(params, x, tangent):
+    def run(params: PyTree, x: PyTree, tangent: PyTree) -> list[Any]:
         out = [loss(params, x)]
         if orders >= 1:
             out.append(jax.grad(loss)(params, x))
@@ -93,7 +97,7 @@ def _derivatives(penalty_fn: PenaltyFn, apply: Callable, orders: int):
     return jax.jit(run)
 
 
-def _evaluate(fn, params, x, tangent):
+def _evaluate(fn: Callable[..., list[Any]], params: PyTree, x: PyTree, tangent: PyTree) -> Any:
     """``fn(params, x, tangent)`` as host float64 arrays, waiting for the result.
 
     (Interpret-mode kernels call back into JAX from a host thread; blocking before the next
@@ -102,7 +106,7 @@ def _evaluate(fn, params, x, tangent):
     return jax.tree.map(lambda leaf: np.asarray(leaf, np.float64), out)
 
 
-def _leaf_names(tree, prefix: str) -> list[str]:
+def _leaf_names(tree: PyTree, prefix: str) -> list[str]:
     """``prefix`` followed by each leaf's ``jax.tree_util.keystr`` path, in leaf order."""
     return [
         prefix + jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)
@@ -131,7 +135,7 @@ def _relative_errors(
 ) -> list[float]:
     """Per leaf, max |ours - ref| / scale (inf where ours is not finite)."""
     errors = []
-    for a, b, name in zip(ours, ref, names):
+    for a, b, name in zip(ours, ref, names, strict=True):
         if np.shape(a) != np.shape(b):
             raise AssertionError(
                 f"the penalty's {name} has shape {np.shape(a)}; the reference's has {np.shape(b)}"
@@ -141,7 +145,7 @@ def _relative_errors(
     return errors
 
 
-def _compare_order(order: int, ours, ref, names: list[str]) -> tuple[float, str]:
+def _compare_order(order: int, ours: Any, ref: Any, names: list[str]) -> tuple[float, str]:
     """(max relative error, name of the worst entry) of one order's result against the reference.
 
     Relative to the largest |entry| of the whole reference (all leaves together), so that
@@ -154,7 +158,8 @@ def _compare_order(order: int, ours, ref, names: list[str]) -> tuple[float, str]
             )
         ours, ref, names = [ours], [ref], [what]
     else:
-        if jax.tree.structure(ours) != jax.tree.structure(ref):
+        # jaxlib 0.10.2 ships no type stubs for PyTreeDef, so mypy cannot type its comparison.
+        if jax.tree.structure(ours) != jax.tree.structure(ref):  # type: ignore[operator]
             raise AssertionError(
                 f"the {what} has structure {jax.tree.structure(ours)}; the "
                 f"reference's is {jax.tree.structure(ref)}"
@@ -177,9 +182,9 @@ def _shown(error: float) -> str:
 
 
 def assert_penalty_matches_naive(
-    apply: Callable,
-    params,
-    x,
+    apply: Apply,
+    params: PyTree,
+    x: PyTree,
     *,
     orders: int = 2,
     kind: str = "wgan-gp",
@@ -252,7 +257,12 @@ def assert_penalty_matches_naive(
 
 
 def assert_kernels_match_naive(
-    apply: Callable, params, x, *, backends: Sequence[str] = INTERPRET_BACKENDS, **kwargs
+    apply: Apply,
+    params: PyTree,
+    x: PyTree,
+    *,
+    backends: Sequence[str] = INTERPRET_BACKENDS,
+    **kwargs: Any,
 ) -> dict[str, PenaltyErrors]:
     """:func:`assert_penalty_matches_naive` for each Pallas interpret-mode backend, on one device.
 
@@ -284,8 +294,8 @@ def assert_kernels_match_naive(
 
 
 def _penalty_steps(
-    make_step: Callable[[PenaltyFn], Callable],
-    args: Sequence,
+    make_step: MakeStep,
+    args: Sequence[Any],
     *,
     kind: str = "wgan-gp",
     target: float = 1.0,
@@ -308,9 +318,11 @@ def _penalty_steps(
         remat=remat,
     )
     steps = {"naive": make_step(naive_fn), "fastgp": make_step(ours_fn)}
-    return {
-        name: (lambda step=step: jax.block_until_ready(step(*args))) for name, step in steps.items()
-    }
+
+    def blocking_call(step: Callable[..., Any]) -> Callable[[], Any]:
+        return lambda: jax.block_until_ready(step(*args))
+
+    return {name: blocking_call(step) for name, step in steps.items()}
 
 
 def _interleaved_times(
@@ -330,7 +342,7 @@ def _interleaved_times(
     for name in names:
         for _ in range(warmup):
             calls[name]()
-    samples = {name: [] for name in names}
+    samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
@@ -356,12 +368,12 @@ def _timing_summary(samples: Mapping[str, Sequence[float]]) -> dict[str, Any]:
 
 
 def compare_penalty_steps(
-    make_step: Callable[[PenaltyFn], Callable],
-    args: Sequence,
+    make_step: MakeStep,
+    args: Sequence[Any],
     *,
     rounds: int = 20,
     warmup: int = 2,
-    **options,
+    **options: Any,
 ) -> dict[str, Any]:
     """Time the user's step with the naive penalty and with fastgp's, interleaved in one run.
 
@@ -384,13 +396,13 @@ def compare_penalty_steps(
 
 
 def benchmark_penalty_steps(
-    benchmark,
-    make_step: Callable[[PenaltyFn], Callable],
-    args: Sequence,
+    benchmark: Any,
+    make_step: MakeStep,
+    args: Sequence[Any],
     *,
     rounds: int = 20,
     warmup: int = 2,
-    **options,
+    **options: Any,
 ) -> dict[str, Any]:
     """:func:`compare_penalty_steps` for a pytest-benchmark ``benchmark`` fixture.
 

@@ -2,24 +2,27 @@
 
 import math
 import numbers
+from collections.abc import Collection
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from fastgp._typing import AxisName, Critic, PyTree
 from fastgp.backends import BACKENDS
 from fastgp.distributed import varying_axes
 from fastgp.interpret_mode import check_backend_for_manual_axes
 from fastgp.kernels import KINDS
 
 
-def leaves_of(tree, what: str):
+def leaves_of(tree: PyTree, what: str) -> tuple[tuple[jax.Array, ...], int]:
     """The leaves of a pytree of (B, ...) float arrays, as a tuple in their own shapes, and B.
 
     Leaves are not reshaped: a kernel reads each in its own layout (see ``fastgp.backends``)."""
     leaves = jax.tree.leaves(tree)
     if not leaves:
         raise ValueError(f"{what} is an empty pytree; expected at least one (B, ...) array")
-    batch = None
+    batch: int | None = None
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
         name = f"{what}{jax.tree_util.keystr(path)}"
         if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
@@ -42,10 +45,11 @@ def leaves_of(tree, what: str):
                 f"{name} has batch size {leaf.shape[0]} but earlier leaves have "
                 f"{batch}; every leaf must share the leading batch axis"
             )
+    assert batch is not None  # set by the first of the (at least one) leaves
     return tuple(leaves), batch
 
 
-def call_critic(critic, x):
+def call_critic(critic: Critic, x: PyTree) -> jax.Array:
     """``critic(x)``; a failure inside the critic gets a note on what fastgp passed to it."""
     try:
         return critic(x)
@@ -59,14 +63,17 @@ def call_critic(critic, x):
         raise
 
 
-def check_same_structure(real, fake):
+def check_same_structure(real: PyTree, fake: PyTree) -> None:
     """real and fake must have the same tree structure, shapes and dtypes."""
-    if jax.tree.structure(real) != jax.tree.structure(fake):
+    # jaxlib 0.10.2 ships no type stubs for PyTreeDef, so mypy cannot type its comparison.
+    if jax.tree.structure(real) != jax.tree.structure(fake):  # type: ignore[operator]
         raise ValueError(
             f"real and fake have different structures: {jax.tree.structure(real)} "
             f"vs {jax.tree.structure(fake)}"
         )
-    for (path, r), f in zip(jax.tree_util.tree_leaves_with_path(real), jax.tree.leaves(fake)):
+    for (path, r), f in zip(
+        jax.tree_util.tree_leaves_with_path(real), jax.tree.leaves(fake), strict=True
+    ):
         if r.shape != f.shape:
             raise ValueError(
                 f"real{jax.tree_util.keystr(path)} has shape {r.shape} but fake has {f.shape}"
@@ -77,13 +84,13 @@ def check_same_structure(real, fake):
             )
 
 
-def check_choice(name: str, value, choices) -> None:
+def check_choice(name: str, value: Any, choices: Collection[Any]) -> None:
     """``value`` must be one of ``choices``; the error names the argument."""
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; expected one of {choices}")
 
 
-def check_axis_name(axis_name) -> None:
+def check_axis_name(axis_name: AxisName) -> None:
     """None, a mesh axis name, or a tuple of them (``()`` for a deliberate per-shard value)."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     if axis_name is not None and not all(isinstance(n, str) and n for n in names):
@@ -92,7 +99,7 @@ def check_axis_name(axis_name) -> None:
         )
 
 
-def check_backend_on_data(backend: str, tree) -> None:
+def check_backend_on_data(backend: str, tree: PyTree) -> None:
     """Backends that cannot run on this data (interpret mode inside shard_map, kernels on f64)."""
     check_backend_for_manual_axes(backend, varying_axes(tree))
     if backend not in ("auto", "xla"):
@@ -105,17 +112,17 @@ def check_backend_on_data(backend: str, tree) -> None:
                 )
 
 
-def check_kind(kind):
+def check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}")
 
 
-def check_backend(backend):
+def check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
-def check_target(target) -> float:
+def check_target(target: float) -> float:
     """The target is compiled into the kernel, so it must be a static, finite, positive number."""
     if isinstance(target, jax.core.Tracer) or not isinstance(target, numbers.Real):
         raise TypeError(f"target must be a static Python number, got {type(target).__name__}")
@@ -125,7 +132,7 @@ def check_target(target) -> float:
     return target
 
 
-def check_weight(weight):
+def check_weight(weight: float | jax.Array) -> float | jax.Array:
     """Weights may be traced (schedules); concrete ones must be finite."""
     if isinstance(weight, jax.core.Tracer):
         return weight
@@ -138,7 +145,7 @@ def check_weight(weight):
     return weight
 
 
-def check_scores(scores, batch: int):
+def check_scores(scores: jax.Array, batch: int) -> jax.Array:
     """Critic output must be (B,) or (B, 1); returns it as (B,)."""
     shape = getattr(scores, "shape", None)
     if shape not in ((batch,), (batch, 1)):

@@ -8,6 +8,7 @@ accumulating in float32, so any D >= 1 works without padding. GPU arrays are row
 """
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,10 +28,10 @@ def _num_warps(chunk: int) -> int:
     return min(max(chunk // 256, 1), 8)
 
 
-def _row_sumsq_kernel(x_ref, sum_ref, *, chunk):
+def _row_sumsq_kernel(x_ref: Any, sum_ref: Any, *, chunk: int) -> None:
     features = x_ref.shape[0]
 
-    def body(i, acc):
+    def body(i: jax.Array, acc: jax.Array) -> jax.Array:
         idx = i * chunk + jnp.arange(chunk)
         x = plgpu.load(x_ref.at[idx], mask=idx < features, other=0.0).astype(jnp.float32)
         return acc + x * x
@@ -41,7 +42,7 @@ def _row_sumsq_kernel(x_ref, sum_ref, *, chunk):
 
 
 @functools.partial(jax.jit, static_argnames=("interpret",))
-def row_sumsq(g, *, interpret=False):
+def row_sumsq(g: jax.Array, *, interpret: bool = False) -> jax.Array:
     """(B,) float32 sums of squares of the rows of a (B, D) float array (f32, bf16, f16)."""
     chunk = _chunk(g.shape[1], g.dtype.itemsize)
     call = pl.pallas_call(

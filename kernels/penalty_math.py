@@ -4,12 +4,13 @@ Plain ``jnp`` on float32 (or float64) arrays of any matching shape; it runs afte
 sums of squares, whichever backend computed them.
 """
 
+import jax
 import jax.numpy as jnp
 
 KINDS = ("wgan-gp", "wgan-lp", "r1")
 
 
-def penalty_of_norm(sumsq, norm, kind: str, target: float):
+def penalty_of_norm(sumsq: jax.Array, norm: jax.Array, kind: str, target: float) -> jax.Array:
     """p(n): ``(n/t - 1)^2`` (wgan-gp), ``max(0, n/t - 1)^2`` (wgan-lp), ``n^2`` (r1)."""
     if kind == "wgan-gp":
         return jnp.square(norm * (1.0 / target) - 1.0)
@@ -20,7 +21,7 @@ def penalty_of_norm(sumsq, norm, kind: str, target: float):
     raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}")
 
 
-def penalty_slope(norm, kind: str, target: float):
+def penalty_slope(norm: jax.Array, kind: str, target: float) -> jax.Array:
     """dp/dn for :func:`penalty_of_norm`, elementwise."""
     if kind == "wgan-gp":
         return (2.0 / target) * (norm * (1.0 / target) - 1.0)

@@ -18,6 +18,8 @@ block contents are garbage, possibly NaN); ragged batch rows or lanes only reach
 
 import functools
 import math
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,8 +29,11 @@ from jax.experimental.pallas import tpu as pltpu
 
 from .tiling import LANES, SUBLANES, Blocks, current_generation, lane_blocks, row_blocks
 
+Ref = Any  # a Pallas reference to a block in VMEM (or in HBM)
+Interpret = bool | pltpu.InterpretParams  # Pallas interpret mode: off, generic, or TPU
 
-def _lane_partial_sums(x):
+
+def _lane_partial_sums(x: jax.Array) -> jax.Array:
     """(rows, d) -> (rows, 128): sums over 128-lane slices; a narrower remainder lands in lane 0."""
     rows, d = x.shape
     out = jnp.zeros((rows, LANES), jnp.float32)
@@ -44,7 +49,7 @@ def _lane_partial_sums(x):
 class _Grid:
     """Index arithmetic of the (P, K) grid shared by both kernels."""
 
-    def __init__(self, batch: int, length: int, blocks: Blocks):
+    def __init__(self, batch: int, length: int, blocks: Blocks) -> None:
         self.batch_blocks = pl.cdiv(batch, blocks.batch)
         self.reduce_blocks = pl.cdiv(length, blocks.reduce)
         self.splits = blocks.splits
@@ -56,17 +61,17 @@ class _Grid:
 
     # lax.div/rem, not // and %: jnp's floor division lowers through sign(), which Mosaic
     # lowers only when the compiling host is itself a TPU.
-    def batch_block(self, q):
+    def batch_block(self, q: jax.Array) -> jax.Array:
         return q if self.splits == 1 else lax.div(q, self.splits)
 
-    def half(self, q):
+    def half(self, q: jax.Array) -> jax.Array | int:
         return 0 if self.splits == 1 else lax.rem(q, self.splits)
 
-    def reduce_block(self, q, k):
+    def reduce_block(self, q: jax.Array, k: jax.Array) -> jax.Array:
         """The block read at (q, k): the split's k-th, clamped to the last one."""
         return jnp.minimum(self.half(q) * self.steps + k, self.reduce_blocks - 1)
 
-    def valid(self, x, axis):
+    def valid(self, x: jax.Array, axis: int) -> jax.Array:
         """``x`` with the elements past the reduction length (along ``axis``) zeroed."""
         if not self.masked:
             return x
@@ -75,21 +80,23 @@ class _Grid:
         return jnp.where(index < self.length, x, 0.0)
 
 
-def _accumulate(acc_ref, out_ref, partial, finish):
+def _accumulate(
+    acc_ref: Ref, out_ref: Ref, partial: jax.Array, finish: Callable[[jax.Array], jax.Array]
+) -> None:
     k = pl.program_id(1)
 
     @pl.when(k == 0)
-    def _init():
+    def _init() -> None:
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
     acc_ref[...] += partial
 
     @pl.when(k == pl.num_programs(1) - 1)
-    def _finalize():
+    def _finalize() -> None:
         out_ref[...] = jnp.broadcast_to(finish(acc_ref[...]), out_ref.shape)
 
 
-def _rows_kernel(g_ref, out_ref, acc_ref, *, grid):
+def _rows_kernel(g_ref: Ref, out_ref: Ref, acc_ref: Ref, *, grid: _Grid) -> None:
     x = grid.valid(g_ref[...].astype(jnp.float32), axis=1)
     _accumulate(
         acc_ref,
@@ -99,14 +106,23 @@ def _rows_kernel(g_ref, out_ref, acc_ref, *, grid):
     )  # (1, block_b), lane-dense
 
 
-def _lanes_kernel(g_ref, out_ref, acc_ref, *, grid):
+def _lanes_kernel(g_ref: Ref, out_ref: Ref, acc_ref: Ref, *, grid: _Grid) -> None:
     x = grid.valid(g_ref[...].astype(jnp.float32), axis=0)
     _accumulate(
         acc_ref, out_ref, jnp.sum(x * x, axis=0), lambda acc: jnp.sum(acc, axis=0, keepdims=True)
     )
 
 
-def _call(kernel, g, grid, blocks, in_block, in_index, acc_shape, interpret):
+def _call(
+    kernel: Callable[..., None],
+    g: jax.Array,
+    grid: _Grid,
+    blocks: Blocks,
+    in_block: tuple[int, ...],
+    in_index: Callable[..., tuple[Any, ...]],
+    acc_shape: tuple[int, int],
+    interpret: Interpret,
+) -> jax.Array:
     batch = g.shape[-1] if kernel is _lanes_kernel else g.shape[0]
     out = pl.pallas_call(
         functools.partial(kernel, grid=grid),
@@ -135,7 +151,9 @@ def _call(kernel, g, grid, blocks, in_block, in_index, acc_shape, interpret):
 
 
 @functools.partial(jax.jit, static_argnames=("blocks", "interpret"))
-def row_sumsq(g, *, blocks=None, interpret=False):
+def row_sumsq(
+    g: jax.Array, *, blocks: Blocks | None = None, interpret: Interpret = False
+) -> jax.Array:
     """Per-sample sums of squares of a (B, D) leaf stored row-major (batch along the sublanes).
 
     Args:
@@ -163,7 +181,9 @@ def row_sumsq(g, *, blocks=None, interpret=False):
 
 
 @functools.partial(jax.jit, static_argnames=("blocks", "interpret"))
-def lane_sumsq(g, *, blocks=None, interpret=False):
+def lane_sumsq(
+    g: jax.Array, *, blocks: Blocks | None = None, interpret: Interpret = False
+) -> jax.Array:
     """Per-sample sums of squares of a leaf stored batch-minor: (..., S, B), batch along the lanes.
 
     The leading axes are merged into one (M, S, B) view, which keeps the tiled layout of the last

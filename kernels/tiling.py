@@ -41,7 +41,7 @@ class Blocks:
     vmem_limit_bytes: int
 
 
-def _chip(generation: str):
+def _chip(generation: str) -> pltpu.TpuInfo:
     return pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(generation), 1)
 
 

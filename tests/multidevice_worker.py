@@ -16,11 +16,13 @@ import jax
 
 jax.config.update("jax_num_cpu_devices", int(sys.argv[2]) if len(sys.argv) > 2 else 1)
 
+# The imports below come after the device count is set, before anything can start JAX (E402).
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fastgp import distributed, penalty, second_order  # noqa: E402
-from fastgp.train import selfcheck as check, trainer  # noqa: E402
+from fastgp.train import selfcheck as check  # noqa: E402
+from fastgp.train import trainer  # noqa: E402
 from fastgp.train.models import Model  # noqa: E402
 from fastgp.train.naive_trainer import NaiveTrainer  # noqa: E402
 from fastgp.train.state import TrainConfig  # noqa: E402
@@ -40,7 +42,7 @@ def tiny_mlp(sizes):
         keys = jax.random.split(key, len(sizes) - 1)
         return [
             {"w": jax.random.normal(k, (i, o)) / np.sqrt(i), "b": jnp.zeros(o)}
-            for k, i, o in zip(keys, sizes[:-1], sizes[1:])
+            for k, i, o in zip(keys, sizes[:-1], sizes[1:], strict=True)
         ]
 
     def apply(params, x, dtype=jnp.float32):
@@ -71,7 +73,7 @@ def shard_stats(devices):
     """Per-core norm statistics of the sharded run and the naive per-sample norms."""
     config = TrainConfig(batch_size=24, n_critic=2, backend="tpu-interpret", lr_d=1e-3, lr_g=1e-3)
     sharded = trainer.Trainer(config, *problem())
-    state, metrics = sharded.run(sharded.init(), 2)
+    _, metrics = sharded.run(sharded.init(), 2)
     naive = NaiveTrainer(config, *problem())
     _, ref = naive.run(naive.init(), 2)
 
@@ -103,7 +105,7 @@ def bf16(devices):
         runs[precision] = (state, metrics)
     naive = NaiveTrainer(config, *problem())
     ref_state, ref = naive.run(naive.init(), 3)
-    (f32_state, f32), (bf_state, bf) = runs["f32"], runs["bf16"]
+    (_, f32), (bf_state, bf) = runs["f32"], runs["bf16"]
     losses = ("critic_loss", "penalty", "wasserstein", "generator_loss")
     return {
         "finite": bool(
@@ -224,7 +226,8 @@ def aot_precision(devices):
                 lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree
             )
 
-        state = spec(jax.eval_shape(lambda: init_state(config, *networks)), P())
+        # Traced at once, in this iteration: the late binding of config is not an issue.
+        state = spec(jax.eval_shape(lambda: init_state(config, *networks)), P())  # noqa: B023
         real = spec(jax.ShapeDtypeStruct((config.batch_size, 8, 8, 1), jnp.float32), P("data"))
         step = spec(jax.ShapeDtypeStruct((), jnp.int32), P())
         out[f"{backend} {precision}"] = {

@@ -137,7 +137,7 @@ def test_bf16_image_critic_step_reads_g_where_the_convolution_wrote_it(generatio
 
 # --- Sharded whole steps under jax.jit with NamedSharding (explicit mesh, no shard_map) --------
 
-import tpu_sharded_compile as sharded  # noqa: E402
+import tpu_sharded_compile as sharded  # noqa: E402 (imported with the section that uses it)
 
 
 @pytest.mark.parametrize("mesh", list(sharded.MESHES))

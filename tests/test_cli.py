@@ -1,8 +1,8 @@
 """The ``fastgp`` command line end to end: outputs, exact resume, SIGKILL, processes, bad flags.
 
-Every run is a subprocess (``python -m fastgp.train.cli``), as a user would start it. One short 2-D run
-(``REFERENCE``) is shared: its outputs are checked, and the interrupted runs must reach exactly its
-parameters.
+Every run is a subprocess (``python -m fastgp.train.cli``), as a user would start it. One short 2-D
+run (``REFERENCE``) is shared: its outputs are checked, and the interrupted runs must reach exactly
+its parameters.
 """
 
 import fcntl
@@ -96,7 +96,7 @@ def reference(tmp_path_factory):
     return out, json.loads((out / "summary.json").read_text())
 
 
-# --- a short run leaves every output ---------------------------------------------------------------
+# --- a short run leaves every output --------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -136,7 +136,7 @@ def test_train_writes_every_output(reference):
     assert json.loads((out / "run.json").read_text())["config"]["total_steps"] == 400
 
 
-# --- resume: exactly the uninterrupted run ---------------------------------------------------------
+# --- resume: exactly the uninterrupted run --------------------------------------------------------
 
 
 def test_four_device_cpu_run_completes(tmp_path):
@@ -221,7 +221,7 @@ def test_resume_rejects_contradicting_flags(reference, tmp_path):
     assert proc.returncode == 2 and "pass --resume" in proc.stderr
 
 
-# --- several processes -----------------------------------------------------------------------------
+# --- several processes ----------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -361,7 +361,7 @@ def _gone(pid):
     return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0
 
 
-# --- bad flags: clear errors naming the flag -------------------------------------------------------
+# --- bad flags: clear errors naming the flag ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -429,9 +429,8 @@ def test_bad_flags_name_the_flag(argv, flag, words, capsys):
 def test_out_under_a_read_only_directory_names_out(tmp_path, capsys):
     from test_run_faults import read_only
 
-    with read_only(tmp_path):
-        with pytest.raises(SystemExit) as exc:
-            main(["train", "--out", str(tmp_path / "run")])
+    with read_only(tmp_path), pytest.raises(SystemExit) as exc:
+        main(["train", "--out", str(tmp_path / "run")])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert (

@@ -12,7 +12,7 @@ from fastgp.train.recipes import build_problem, default_config
 from fastgp.train.trainer import Trainer, make_mesh
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-from collectives import count_collectives, operand_shapes  # noqa: E402
+from collectives import count_collectives, operand_shapes
 
 
 @functools.cache

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fastgp.penalty import gradient_penalty, interpolate
 from fastgp.train.data import CHECK_DATASETS, DATASETS, load_digits, sample_toy, toy_modes
 from fastgp.train.models import conv_critic, conv_generator, mlp
-from fastgp.penalty import gradient_penalty, interpolate
 from fastgp.train.quality import mode_quality
 from fastgp.train.recipes import RECIPES, default_config
 
@@ -143,7 +143,7 @@ def test_mlp_shapes_and_bf16_close_to_f32():
             for m in (critic, gen)
         ]
 
-    for (f32, bf16), shape in zip(outputs(jax.random.key(0)), ((256,), (256, 2))):
+    for (f32, bf16), shape in zip(outputs(jax.random.key(0)), ((256,), (256, 2)), strict=True):
         assert f32.shape == bf16.shape == shape and bf16.dtype == jnp.float32
         err = float(jnp.linalg.norm(bf16 - f32) / jnp.linalg.norm(f32))
         assert 0 < err < 0.03
@@ -205,7 +205,7 @@ def test_conv_critic_bf16_and_penalty_gradients_are_finite():
         p = critic.init(k1)
         fake = jax.random.uniform(k2, real.shape, minval=-1, maxval=1)
         x_hat = interpolate(k3, real, fake)
-        loss = lambda q: gradient_penalty(lambda v: critic.apply(q, v), x_hat, backend="xla")  # noqa
+        loss = lambda q: gradient_penalty(lambda v: critic.apply(q, v), x_hat, backend="xla")
         return critic.apply(p, real), critic.apply(p, real, dtype=jnp.bfloat16), jax.grad(loss)(p)
 
     f32, bf16, grads = check(jax.random.key(0), load_digits()[:8])

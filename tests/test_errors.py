@@ -88,7 +88,7 @@ def test_traced_weight_is_allowed():
 
 def test_pallas_backend_on_a_cpu_lowering_says_what_to_use_instead():
     with pytest.raises(
-        ValueError, match="backend=.pallas.*lowered for another platform.*.interpret."
+        ValueError, match=r"backend=.pallas.*lowered for another platform.*.interpret."
     ):
         jax.jit(lambda x: penalty.gradient_penalty(critic, x, backend="pallas"))(jnp.ones((2, 3)))
 

@@ -104,5 +104,5 @@ def test_auto_sharded_export_names_explicit_sharding_instead():
     step = jax.grad(
         lambda w, x: penalty.gradient_penalty(lambda y: jnp.tanh(y) @ w, x, backend="pallas")
     )
-    with pytest.raises(ValueError, match="cannot hold.*explicit sharding"):
+    with pytest.raises(ValueError, match=r"cannot hold.*explicit sharding"):
         jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[TRITON])(w, x)

@@ -23,6 +23,8 @@ NOT_SOURCE = shutil.ignore_patterns(
     ".pytest_cache",
     ".hypothesis",
     ".benchmarks",
+    ".ruff_cache",
+    ".mypy_cache",
     "runs",
 )
 

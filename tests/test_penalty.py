@@ -58,7 +58,10 @@ def mlp_critic(params, x):
 
 def make_problem(seed, shapes, dtype=jnp.float32, scale=1.0):
     keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes) + 2)
-    x = {f"x{i}": jax.random.normal(k, s, dtype) for i, (k, s) in enumerate(zip(keys, shapes))}
+    x = {
+        f"x{i}": jax.random.normal(k, s, dtype)
+        for i, (k, s) in enumerate(zip(keys, shapes, strict=False))
+    }
     features = sum(int(np.prod(s[1:])) for s in shapes)
     params = {
         "w1": scale * jax.random.normal(keys[-2], (features, 16)) / np.sqrt(features),
@@ -131,7 +134,10 @@ def test_forward_mode_of_the_penalty_from_gradients_equals_naive(backend):
 )
 def test_pytree_norms_and_penalty_match_float64(shapes, batch, kind, dtype, backend, seed):
     keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes))
-    grads = [jax.random.normal(k, (batch,) + s, jnp.dtype(dtype)) for k, s in zip(keys, shapes)]
+    grads = [
+        jax.random.normal(k, (batch,) + s, jnp.dtype(dtype))
+        for k, s in zip(keys, shapes, strict=True)
+    ]
     leaves64 = [np.asarray(g.astype(jnp.float32)) for g in grads]
     n64 = norms64(leaves64)
     np.testing.assert_allclose(penalty.grad_norms(grads, backend=backend), n64, rtol=1e-6)
@@ -148,8 +154,13 @@ def test_zero_input_gradient_gives_finite_parameter_gradients(backend):
     x = jnp.abs(jax.random.normal(jax.random.PRNGKey(0), (5, 3)))
     critic = lambda p, y: jax.nn.relu(y @ p["w"]) @ p["v"]
     for kind in KINDS:
+        # Called at once, in this iteration: the late binding of kind is not an issue.
         fn = lambda p: penalty.gradient_penalty(
-            lambda y: critic(p, y), x, kind=kind, target=0.1, backend=backend
+            lambda y: critic(p, y),
+            x,
+            kind=kind,  # noqa: B023
+            target=0.1,
+            backend=backend,
         )
         value, grads = jax.value_and_grad(fn)(params)
         expected = 10.0 if kind == "wgan-gp" else 0.0  # (0/t - 1)^2 = 1, weight 10
@@ -210,7 +221,9 @@ def test_critic_scores_of_shape_b_by_1_equal_shape_b():
     )
     np.testing.assert_array_equal(flat(params), column(params))
     for a, b in zip(
-        jax.tree.leaves(jax.grad(flat)(params)), jax.tree.leaves(jax.grad(column)(params))
+        jax.tree.leaves(jax.grad(flat)(params)),
+        jax.tree.leaves(jax.grad(column)(params)),
+        strict=True,
     ):
         np.testing.assert_array_equal(a, b)
 

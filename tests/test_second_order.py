@@ -94,7 +94,10 @@ def problem(name, batch=6, dtype=jnp.float32, seed=0):
     params = init(k1, dtype)
     if isinstance(shape, dict):
         keys = jax.random.split(k2, len(shape))
-        x = {n: jax.random.normal(k, (batch,) + s, dtype) for k, (n, s) in zip(keys, shape.items())}
+        x = {
+            n: jax.random.normal(k, (batch,) + s, dtype)
+            for k, (n, s) in zip(keys, shape.items(), strict=True)
+        }
     else:
         x = jax.random.normal(k2, (batch,) + shape, dtype)
     return apply, params, x
@@ -229,7 +232,7 @@ def test_zero_input_gradient_keeps_every_order_finite():
 def test_forward_mode_of_the_penalty_itself_names_the_alternatives():
     apply, params, x = problem("mlp")
     fn = lambda p: penalty.gradient_penalty(functools.partial(apply, p), x)
-    with pytest.raises(TypeError, match="fastgp.*second_order='reverse'"):
+    with pytest.raises(TypeError, match=r"fastgp.*second_order='reverse'"):
         jax.jvp(fn, (params,), (params,))
     reverse = lambda p: penalty.gradient_penalty(
         functools.partial(apply, p), x, second_order="reverse"

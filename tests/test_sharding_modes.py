@@ -84,7 +84,7 @@ def problem(name):
     x = tree.unflatten(
         [
             jax.random.normal(k, leaf.shape)
-            for k, leaf in zip(jax.random.split(keys[1], len(leaves)), leaves)
+            for k, leaf in zip(jax.random.split(keys[1], len(leaves)), leaves, strict=True)
         ]
     )
     tangent = jax.tree.map(lambda a: jax.random.normal(keys[2], a.shape), params)
@@ -183,7 +183,7 @@ def collectives(hlo_text, op):
 
 
 def assert_matches_naive(got, name):
-    for ours, naive in zip(jax.tree.leaves(got), jax.tree.leaves(naive_figures(name))):
+    for ours, naive in zip(jax.tree.leaves(got), jax.tree.leaves(naive_figures(name)), strict=True):
         ours, naive = np.asarray(ours), np.asarray(naive)
         np.testing.assert_allclose(ours, naive, rtol=1e-5, atol=1e-5 * np.max(np.abs(naive)))
 
@@ -324,9 +324,8 @@ def test_mixed_axis_types_are_an_error_naming_them():
     devs = np.array(jax.devices()[:4]).reshape(2, 2)
     mesh = Mesh(devs, ("data", "model"), axis_types=(AxisType.Explicit, AxisType.Auto))
     g = jax.device_put(jnp.ones((BATCH, 4)), NamedSharding(mesh, P("data")))
-    with pytest.raises(ValueError, match="axis types.*Explicit.*Auto"):
-        with jax.set_mesh(mesh):
-            penalty.grad_norms(g, backend="interpret")
+    with pytest.raises(ValueError, match=r"axis types.*Explicit.*Auto"), jax.set_mesh(mesh):
+        penalty.grad_norms(g, backend="interpret")
 
 
 @pytest.mark.parametrize("backend", ["interpret", "gpu-interpret"])
@@ -341,7 +340,7 @@ def test_vmapped_penalty_and_gradients_equal_each_batch_on_its_own(backend):
     )
     for i, xi in enumerate(stack):
         naive = jax.value_and_grad(loss)(params, xi, reference.naive_gradient_penalty)
-        for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(naive)):
+        for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(naive), strict=True):
             np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
 
 

@@ -1,7 +1,8 @@
 """The sharded trainer equals the plain one-device trainer; diagnostics, errors and TPU compile.
 
 Multi-device runs happen in subprocesses (the device count is fixed when JAX starts): through the
-``python -m fastgp.train.selfcheck`` CLI, or ``tests/multidevice_worker.py`` for the other scenarios.
+``python -m fastgp.train.selfcheck`` CLI, or ``tests/multidevice_worker.py`` for the other
+scenarios.
 """
 
 import importlib.util
@@ -51,8 +52,9 @@ def run_worker(scenario: str, devices: int, **env) -> dict:
 # --- equality with the naive path, one subprocess per mesh size --------------------------------
 
 EQUALITY_CASES = [
-    # (devices, backend, kind, via): "module" is a plain `python -m fastgp.train.selfcheck`; "reexec" calls
-    # main() in a process whose JAX already started with one device, so it must re-execute.
+    # (devices, backend, kind, via): "module" is a plain `python -m fastgp.train.selfcheck`;
+    # "reexec" calls main() in a process whose JAX already started with one device, so it must
+    # re-execute.
     (1, "xla", "wgan-gp", "module"),
     (2, "xla", "wgan-lp", "reexec"),
     (3, "xla", "r1", "module"),
@@ -268,7 +270,9 @@ def test_fused_and_unfused_runs_agree(problem, gp_every):
     expected = [[(i * 3 + k) % gp_every == 0 for k in range(3)] for i in range(3)]
     np.testing.assert_array_equal(metrics["gp_applied"], expected)
     for a, b in zip(
-        jax.tree.leaves((state, metrics)), jax.tree.leaves((fused_state, fused_metrics))
+        jax.tree.leaves((state, metrics)),
+        jax.tree.leaves((fused_state, fused_metrics)),
+        strict=True,
     ):
         np.testing.assert_allclose(
             np.asarray(a, np.float64),

@@ -22,9 +22,9 @@ import subprocess
 import sys
 
 from fastgp.backends import BACKENDS
+from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
 from fastgp.train.data import CHECK_DATASETS, DATASETS
-from fastgp.kernels import KINDS
 from fastgp.train.launcher import (
     check_port,
     free_port,
@@ -233,9 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
         train,
         defaults={
             "backend_help": (
-                "penalty implementation. Default auto: XLA on every platform (the compiled TPU steps "
-                "move 0.2-1.3%% fewer bytes than with the kernel); pallas forces the Pallas kernel on "
-                "TPU/GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for checks (far slower)"
+                "penalty implementation. Default auto: XLA on every platform (the compiled TPU "
+                "steps move 0.2-1.3%% fewer bytes than with the kernel); pallas forces the Pallas "
+                "kernel on TPU/GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for "
+                "checks (far slower)"
             )
         },
     )

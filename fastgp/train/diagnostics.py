@@ -58,7 +58,7 @@ def gather(values, axis_name):
     rows = lax.dynamic_update_index_in_dim(rows, local, lax.axis_index(axis_name), axis=0)
     table = lax.psum(rows, axis_name)
     out, start = {}, 0
-    for name, a in zip(names, arrays):
+    for name, a in zip(names, arrays, strict=True):
         column = table[:, start : start + a.size].reshape((devices,) + a.shape)
         out[name] = jnp.moveaxis(column, 0, -1).astype(a.dtype)
         start += a.size

@@ -11,7 +11,8 @@ the layout TPU convolutions (and Flax) use, so no transposes surround the convol
 """
 
 import math
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,7 +68,7 @@ def mlp(sizes: Sequence[int], activation: str = "relu") -> Model:
         keys = jax.random.split(key, len(sizes) - 1)
         return [
             _dense_init(k, i, o, he and n < len(sizes) - 2)
-            for n, (k, i, o) in enumerate(zip(keys, sizes[:-1], sizes[1:]))
+            for n, (k, i, o) in enumerate(zip(keys, sizes[:-1], sizes[1:], strict=True))
         ]
 
     def apply(params, x, dtype=jnp.float32):

@@ -2,8 +2,8 @@
 
 No kernels, no ``shard_map``, no custom VJPs: ``jnp.mean`` losses, a hand-written interpolation
 and ``fastgp.reference.naive_gradient_penalty`` (nested ``jax.grad``). Parameters, optimiser and
-random numbers come from ``fastgp.train.state`` exactly as in ``fastgp.train.trainer``, so the two must
-agree to float32 rounding.
+random numbers come from ``fastgp.train.state`` exactly as in ``fastgp.train.trainer``, so the two
+must agree to float32 rounding.
 
     trainer = NaiveTrainer(config, generator, critic, sample_real)
     state = trainer.init()

@@ -27,7 +27,7 @@ def first_nonfinite_loss(metrics, start: int):
     so core 0's is read."""
     critic = {name: np.asarray(metrics[name])[..., 0] for name in CRITIC_LOSSES}  # (I, C)
     generator = np.asarray(metrics["generator_loss"])[..., 0]  # (I,)
-    iterations, n_critic = critic["critic_loss"].shape
+    _, n_critic = critic["critic_loss"].shape  # (iterations, n_critic)
     bad = ~np.isfinite(generator)
     for name in CRITIC_LOSSES:
         bad |= ~np.all(np.isfinite(critic[name]), axis=1)
@@ -66,7 +66,7 @@ def nonfinite_state(state):
         tree = getattr(state, field)
         finite = jax.device_get(_finite_leaves(tree))
         paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
-        for path, ok in zip(paths, finite):
+        for path, ok in zip(paths, finite, strict=True):
             if not ok:
                 return f"{label} {field}{path} hold non-finite values"
     return None

@@ -36,7 +36,7 @@ def metrics_record(step: int, wall_s: float, metrics, quality=None) -> dict:
     c2st_floor, classes_covered, class_entropy (digits).
     """
     m = {name: np.asarray(value) for name, value in metrics.items()}
-    critic = lambda name: m[name].reshape((-1,) + m[name].shape[2:])  # noqa: E731 (I*C, N)
+    critic = lambda name: m[name].reshape((-1,) + m[name].shape[2:])  # (I*C, N)
     applied = np.flatnonzero(m["gp_applied"].reshape(-1))
     last_gp = int(applied[-1]) if applied.size else None
     record = {

@@ -19,7 +19,8 @@ iterations, linear decay over the last half; trained on the first half of the di
 5 critic steps at 3000 iterations reached C2ST 0.62-0.64, 3 at 4500 0.58-0.59.
 """
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from fastgp.train.data import TOY_DATASETS, load_digits, sample_toy
 from fastgp.train.models import Model, conv_critic, conv_generator, mlp
@@ -72,7 +73,8 @@ RECIPES = {"8gaussians": TOY, "25gaussians": GRID, "swissroll": TOY, "digits": D
 
 
 class Problem(NamedTuple):
-    """What a run trains: ``fastgp.train.models.Model`` pair, ``sample_real(key, n)``, image data?"""
+    """What a run trains: a ``fastgp.train.models.Model`` pair, ``sample_real(key, n)``, image
+    data?"""
 
     generator: Model
     critic: Model

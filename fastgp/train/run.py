@@ -30,17 +30,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fastgp.penalty import grad_norms
 from fastgp.train import outputs
 from fastgp.train.checkpoints import (
     CheckpointDamaged,
-    CheckpointWriteError,
     Checkpoints,
+    CheckpointWriteError,
     host_copy,
     reason,
 )
 from fastgp.train.data import toy_modes
 from fastgp.train.figures import plot_run
-from fastgp.penalty import grad_norms
 from fastgp.train.nonfinite import first_nonfinite_loss, nonfinite_state
 from fastgp.train.progress import RunProgress
 from fastgp.train.quality import mode_quality

@@ -87,7 +87,7 @@ def max_rel_diff(ours, ref) -> float:
     ref_arrays = [np.asarray(b, np.float64) for b in ref_leaves]
     scale = max((float(np.nanmax(np.abs(b), initial=0.0)) for b in ref_arrays), default=0.0)
     worst = 0.0
-    for a, b in zip(ours_leaves, ref_arrays):
+    for a, b in zip(ours_leaves, ref_arrays, strict=True):
         a = np.asarray(a, np.float64)
         if a.ndim == b.ndim + 1:
             b = b[..., None]

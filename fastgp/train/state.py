@@ -1,7 +1,8 @@
 """What both trainers share: the configuration, the state, initialisation and the RNG derivation.
 
-The sharded trainer (``fastgp.train.trainer``) and the plain one-device oracle (``fastgp.train.naive_trainer``)
-must see the same parameters, optimiser and random numbers, so all of that is defined here once:
+The sharded trainer (``fastgp.train.trainer``) and the plain one-device oracle
+(``fastgp.train.naive_trainer``) must see the same parameters, optimiser and random numbers, so all
+of that is defined here once:
 
     TrainConfig                          hyperparameters (frozen; ``dataclasses.asdict`` for logs)
     TrainState                           (iteration, key, g_params, d_params, g_opt, d_opt)
@@ -14,7 +15,8 @@ must see the same parameters, optimiser and random numbers, so all of that is de
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -48,10 +48,10 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp.train import diagnostics
 from fastgp.distributed import global_batch_slice, global_mean
 from fastgp.interpret_mode import blocking, check_backend_for_manual_axes
 from fastgp.penalty import gradient_penalty_and_norms, interpolate
+from fastgp.train import diagnostics
 from fastgp.train.state import (
     TrainConfig,
     TrainState,
@@ -79,7 +79,8 @@ def _shard(x, sharding: NamedSharding):
 
 
 class Trainer:
-    """Sharded WGAN-GP training of ``generator`` and ``critic`` (``fastgp.train.models.Model`` pairs).
+    """Sharded WGAN-GP training of ``generator`` and ``critic`` (a ``fastgp.train.models.Model``
+    pair).
 
     ``sample_real(key, n)`` returns ``n`` real samples (n, ...) float32 and must be jittable (see
     ``fastgp.train.state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh with
