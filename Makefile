@@ -6,7 +6,7 @@ LINT_PATHS := fastgp kernels benchmarks tests
 # mypy checks the installed layout (kernels/ as fastgp/kernels) through a tree of links here.
 TYPECHECK := build/typecheck
 
-.PHONY: test lint train bench tpu-compile clean
+.PHONY: test check lint train bench tpu-compile clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ lint: $(STAMP)
 
 test: lint
 	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --benchmark-disable -q
+
+# The fast subset: everything but the end-to-end runs and the TPU compilations (`-m slow`, `-m aot`).
+check: lint
+	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --benchmark-disable -q -m "not slow and not aot"
 
 train: $(STAMP)
 	JAX_PLATFORMS=cpu $(VENV)/bin/fastgp train --out runs/$$(date +%Y%m%d-%H%M%S)

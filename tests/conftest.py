@@ -31,3 +31,21 @@ def fresh_tpu_interpret_state():
 
     pltpu.reset_tpu_interpret_mode_state()
     yield
+
+
+# Whole-trainer and command-line runs (subprocesses, many compiled steps): `make test` runs them,
+# `make check` (the fast subset) skips them with the `aot` compilations.
+END_TO_END_MODULES = {
+    "test_cli.py",
+    "test_collectives.py",
+    "test_digit_quality.py",
+    "test_run_faults.py",
+    "test_trainer.py",
+    "test_trainer_batches.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in END_TO_END_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -14,7 +14,6 @@ import re
 import textwrap
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
@@ -46,8 +45,9 @@ def blocks(page):
     return [textwrap.dedent(block) for block in BLOCK.findall(page.read_text())]
 
 
-def naive_penalty(critic, x, *, axis_name=None, backend=None, second_order=None, remat=None,
-                  **kwargs):
+def naive_penalty(
+    critic, x, *, axis_name=None, backend=None, second_order=None, remat=None, **kwargs
+):
     value = reference.naive_gradient_penalty(critic, x, **kwargs)
     return value if axis_name is None else lax.pmean(value, axis_name)
 
@@ -73,8 +73,11 @@ def arrays_of(value):
     """The leaves of ``value`` if it is an array or a pytree of arrays, else None."""
     leaves = jax.tree.leaves(value)
     if leaves and all(isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves):
-        return [np.asarray(leaf) for leaf in leaves
-                if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
+        return [
+            np.asarray(leaf)
+            for leaf in leaves
+            if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+        ]
     return None
 
 
@@ -96,11 +99,12 @@ def test_page_code_runs_and_equals_the_naive_penalty(page):
         if mine is None or theirs is None or name in ("real", "fake", "key"):
             continue
         assert len(mine) == len(theirs), name
-        for a, b in zip(mine, theirs):
+        for a, b in zip(mine, theirs, strict=True):
             if not np.issubdtype(a.dtype, np.floating):
                 continue
             scale = float(np.max(np.abs(b))) if b.size else 0.0
-            np.testing.assert_allclose(a, b, rtol=0, atol=RTOL * max(scale, 1e-30),
-                                       err_msg=f"{page.name}: {name}")
+            np.testing.assert_allclose(
+                a, b, rtol=0, atol=RTOL * max(scale, 1e-30), err_msg=f"{page.name}: {name}"
+            )
         compared.append(name)
     assert compared, f"{page.name}: no array was compared"

@@ -204,7 +204,7 @@ def refusal(mode, backend):
 # --- Value, gradients and HVP equal the naive penalty in every mode ------------------------------
 
 
-@pytest.mark.parametrize("devices", [4, 8])
+@pytest.mark.parametrize("devices", [4, pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(CRITICS))
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
