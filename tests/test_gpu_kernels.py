@@ -9,8 +9,9 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import penalty, reference
+from fastgp import penalty
 from fastgp.kernels import penalty_gpu
+from fastgp.testing import assert_penalty_matches_naive
 
 TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
 
@@ -34,14 +35,7 @@ def test_second_order_through_the_gpu_kernel_matches_naive():
     k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
     params = {"w": jax.random.normal(k1, (150, 8)) * 0.2, "v": jax.random.normal(k2, (8,))}
     x = jax.random.normal(k3, (5, 3, 50))
-    ours = jax.grad(
-        lambda p: penalty.gradient_penalty(lambda y: critic(p, y), x, backend="gpu-interpret")
-    )(params)
-    naive = jax.grad(lambda p: reference.naive_gradient_penalty(lambda y: critic(p, y), x))(params)
-    for name in params:
-        np.testing.assert_allclose(
-            ours[name], naive[name], rtol=1e-4, atol=1e-6 * float(jnp.max(jnp.abs(naive[name])))
-        )
+    assert_penalty_matches_naive(critic, params, x, orders=2, backend="gpu-interpret", rtol=1e-4)
 
 
 @pytest.mark.parametrize("backend", ["auto", "pallas"])
