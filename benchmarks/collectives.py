@@ -72,6 +72,25 @@ def operand_shapes(hlo_text: str) -> list:
     return [m.group(0) for shape, _ in _OP.findall(hlo_text) for m in _ARRAY.finditer(shape)]
 
 
+# "name = shape kind(operands)": the operand list is what an op moves, also for the async
+# "-start" forms, whose result tuple also holds context buffers.
+_OP_OPERANDS = re.compile(r"= ([^\n]*?) (" + "|".join(COLLECTIVES) + r")(?:-start)?\(([^)]*)\)")
+
+
+def collective_ops(hlo_text: str) -> list[tuple[str, str, int]]:
+    """(kind, result shape, arrays moved) of each collective op of an HLO module's text. XLA's
+    combiner packs several arrays into one op, so compare arrays moved, not op counts."""
+    return [
+        (match.group(2), match.group(1), len(match.group(3).split(",")))
+        for match in _OP_OPERANDS.finditer(hlo_text)
+    ]
+
+
+def arrays_moved(hlo_text: str, kind: str) -> int:
+    """Arrays moved by the ``kind`` ops (all-reduce, all-gather, ...) of an HLO module's text."""
+    return sum(moved for op, _, moved in collective_ops(hlo_text) if op == kind)
+
+
 def count_operands(hlo_text: str) -> int:
     """Arrays moved by all the collective ops of an HLO module's text (a tuple counts each)."""
     return len(operand_shapes(hlo_text))

@@ -19,7 +19,6 @@ per-chip batch (64, or 32 on the 8-chip mesh); collectives are counted in arrays
 
 import os
 import pathlib
-import re
 import sys
 import time
 
@@ -37,6 +36,7 @@ from jax.sharding import PartitionSpec as P
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import compiled_figures as cf
 import workloads as W
+from collectives import arrays_moved, collective_ops
 
 OUT = pathlib.Path(__file__).parent / "results" / "tpu_sharded_compile.md"
 GLOBAL_BATCH = 256
@@ -51,26 +51,17 @@ MESHES = {
     "7x": ("TPU7x:2x2x1", (4,), ("data",), P("data")),
 }
 VARIANTS = ("naive", "fastgp", "fastgp-pallas")
-_COLLECTIVE = re.compile(
-    r"= ([^\n]*?) (all-reduce|all-gather|all-to-all|collective-permute)"
-    r"(?:-start)?\(([^)]*)\)"
-)
 
 
 def collectives(hlo_text: str) -> dict:
-    """Arrays carried by each kind of collective (XLA's combiner packs several into one op), and
-    ``gathered``: the result types of the all-gathers."""
-    counts = {
-        "all-reduce": 0,
-        "all-gather": 0,
-        "all-to-all": 0,
-        "collective-permute": 0,
-        "gathered": [],
+    """Arrays moved by each kind of collective, and ``gathered``: the all-gathers' result shapes."""
+    counts: dict = {
+        kind: arrays_moved(hlo_text, kind)
+        for kind in ("all-reduce", "all-gather", "all-to-all", "collective-permute")
     }
-    for match in _COLLECTIVE.finditer(hlo_text):
-        counts[match.group(2)] += len(match.group(3).split(","))
-        if match.group(2) == "all-gather":
-            counts["gathered"].append(match.group(1))
+    counts["gathered"] = [
+        shape for kind, shape, _ in collective_ops(hlo_text) if kind == "all-gather"
+    ]
     return counts
 
 
