@@ -20,6 +20,7 @@ import jax
 import numpy as np
 import pytest
 
+from fastgp.train import launcher
 from fastgp.train.checkpoints import Checkpoints
 from fastgp.train.cli import main
 from fastgp.train.recipes import build_problem, default_config
@@ -300,8 +301,9 @@ class _StderrLines:
         return "".join(self.lines)
 
 
-@pytest.mark.slow
-def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
+def _two_process_run(tmp_path, devices):
+    """A long 2-process run, once its first metrics line is written: (supervisor, its stderr,
+    the pid of process 1, every child's pid)."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -311,7 +313,7 @@ def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
             "--processes",
             "2",
             "--devices",
-            "2",
+            str(devices),
             "--steps",
             "100000",
             "--batch-size",
@@ -339,7 +341,12 @@ def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
         for line in err.lines
         if line.startswith("fastgp: started process")
     }
-    victim = next(pid for pid, index in pids.items() if index == 1)
+    return proc, err, next(pid for pid, index in pids.items() if index == 1), pids
+
+
+@pytest.mark.slow
+def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
+    proc, err, victim, pids = _two_process_run(tmp_path, devices=2)
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
     try:
@@ -350,6 +357,27 @@ def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
     text = err.text()
     assert code != 0 and elapsed < 60
     assert f"process 1 of 2 (pid {victim}) was killed by SIGKILL" in text, text[-3000:]
+    assert all(_gone(pid) for pid in pids)
+
+
+@pytest.mark.slow
+def test_a_stopped_process_is_named_as_the_one_that_stopped_responding(tmp_path):
+    """SIGSTOP (a hung host): the peer aborts when the heartbeat is lost; the stopped one is named
+    and killed."""
+    proc, err, victim, pids = _two_process_run(tmp_path, devices=1)
+    os.kill(victim, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()  # its children get SIGKILL (PR_SET_PDEATHSIG), stopped or not
+    elapsed = time.monotonic() - stopped_at
+    text = err.text()
+    errors = [line for line in text.splitlines() if line.startswith("fastgp: error:")]
+    assert code != 0 and elapsed < launcher.HEARTBEAT_S + launcher.GRACE_S + 10, (elapsed, text)
+    assert len(errors) == 1, text[-3000:]
+    assert errors[0].startswith(f"fastgp: error: process 1 of 2 (pid {victim}) stopped responding")
+    assert "process 0 of 2" not in errors[0], errors[0]  # the healthy one is not the cause
     assert all(_gone(pid) for pid in pids)
 
 

@@ -10,7 +10,10 @@ or is killed, it stops the others (after ``GRACE_S``, so that a failure every pr
 reported by process 0) and says which one died, so nothing waits on a peer that is gone. Inside
 each process the coordination service's heartbeat (``HEARTBEAT_S``) is the second line of
 defence: a process whose peer stops answering aborts with "tasks are unhealthy" instead of
-hanging in a collective. A child also dies with its supervisor (Linux ``PR_SET_PDEATHSIG``).
+hanging in a collective. When one fails while a peer is stopped (SIGSTOP, a debugger: what a hung
+host looks like here), the supervisor names the stopped peer as the cause, not the process that
+aborted on losing its heartbeat, and kills it at once (SIGKILL; a stopped process gets no other
+signal). A child also dies with its supervisor (Linux ``PR_SET_PDEATHSIG``).
 
 With ``graceful=True`` (``fastgp train``), SIGTERM or SIGINT to the supervisor is passed on once
 to every child (each in its own process group, so a terminal's Ctrl-C reaches them only this way);
@@ -79,11 +82,35 @@ def _describe(code: int) -> str:
     return f"exited with status {code}"
 
 
+def _stopped(pid: int) -> bool:
+    """True if ``pid`` is stopped (state T or t in ``/proc/<pid>/stat``; False off Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _failure(procs, i: int, code: int) -> str:
+    """The line for process ``i`` failing with ``code``: blames the stopped peers if any."""
+    names = [f"process {j} of {len(procs)} (pid {p.pid})" for j, p in enumerate(procs)]
+    stopped = [names[j] for j, p in enumerate(procs) if p.poll() is None and _stopped(p.pid)]
+    if not stopped:
+        return f"fastgp: error: {names[i]} {_describe(code)}; stopped the other processes"
+    return (
+        f"fastgp: error: {' and '.join(stopped)} stopped responding (stopped, so "
+        f"{'their heartbeats' if len(stopped) > 1 else 'its heartbeat'} was lost); process {i} "
+        f"then {_describe(code)}; stopped the other processes"
+    )
+
+
 def _stop(procs, grace: float = 0.0):
-    """Kill every child still running after ``grace`` seconds (SIGKILL: SIGTERM would only ask
-    them to stop at their next chunk end) and reap them."""
+    """Kill every child still running after ``grace`` seconds, or once only stopped ones are left
+    (SIGKILL: SIGTERM would only ask them to stop at their next chunk end), and reap them."""
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+    while time.monotonic() < deadline and any(
+        p.poll() is None and not _stopped(p.pid) for p in procs
+    ):
         time.sleep(POLL_S / 4)
     for p in procs:
         if p.poll() is None:
@@ -159,13 +186,9 @@ def supervise(commands, env=None, *, quiet_others: bool = True, graceful: bool =
             ]
             if failed:
                 i, code = failed[0]
+                message = _failure(procs, i, code)
                 _stop(procs, grace=GRACE_S)
-                print(
-                    f"fastgp: error: process {i} of {len(procs)} (pid {procs[i].pid}) "
-                    f"{_describe(code)}; stopped the other processes",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(message, file=sys.stderr, flush=True)
                 return code if code > 0 else 1
             if all(c is not None for c in codes):
                 return max(codes)
