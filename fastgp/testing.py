@@ -15,7 +15,6 @@ pytest nor ``fastgp.train``.
 
 import functools
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -27,6 +26,7 @@ from fastgp._typing import Critic, PyTree
 from fastgp.interpret_mode import INTERPRET_BACKENDS
 from fastgp.penalty import DEFAULT_WEIGHT, gradient_penalty
 from fastgp.reference import naive_gradient_penalty
+from fastgp.timing import interleaved_times
 
 PenaltyFn = Callable[[Critic, PyTree], jax.Array]  # penalty_fn(critic, x) -> scalar
 Apply = Callable[[PyTree, PyTree], jax.Array]  # apply(params, x) -> scores (B,) or (B, 1)
@@ -325,33 +325,6 @@ def _penalty_steps(
     return {name: blocking_call(step) for name, step in steps.items()}
 
 
-def _interleaved_times(
-    calls: Mapping[str, Callable[[], Any]], *, rounds: int, warmup: int
-) -> dict[str, list[float]]:
-    """Per-call seconds, {name: [rounds floats]}, each round calling every path once.
-
-    Every call is first run ``warmup`` times untimed (the first compiles). The order within a
-    round rotates from round to round, so load from other processes and slow drifts hit every
-    path alike."""
-    if rounds < 1 or warmup < 1:
-        raise ValueError(
-            f"need rounds >= 1 and warmup >= 1 (the first call compiles), got "
-            f"rounds={rounds}, warmup={warmup}"
-        )
-    names = list(calls)
-    for name in names:
-        for _ in range(warmup):
-            calls[name]()
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            calls[name]()
-            samples[name].append(time.perf_counter() - start)
-    return samples
-
-
 def _timing_summary(samples: Mapping[str, Sequence[float]]) -> dict[str, Any]:
     """Medians (seconds), fastgp / naive as a ratio of medians and as a median of per-round ratios.
 
@@ -392,7 +365,7 @@ def compare_penalty_steps(
       {"naive", "fastgp": per-round seconds}}. Nothing is asserted about the times.
     """
     calls = _penalty_steps(make_step, args, **options)
-    return _timing_summary(_interleaved_times(calls, rounds=rounds, warmup=warmup))
+    return _timing_summary(interleaved_times(calls, rounds=rounds, warmup=warmup))
 
 
 def benchmark_penalty_steps(
@@ -411,7 +384,7 @@ def benchmark_penalty_steps(
     for ``rounds`` rounds. Returns the figures. Nothing is asserted about the times.
     """
     calls = _penalty_steps(make_step, args, **options)
-    figures = _timing_summary(_interleaved_times(calls, rounds=rounds, warmup=warmup))
+    figures = _timing_summary(interleaved_times(calls, rounds=rounds, warmup=warmup))
     benchmark.extra_info.update(figures)
     benchmark.pedantic(calls["fastgp"], rounds=rounds, iterations=1, warmup_rounds=1)
     return figures

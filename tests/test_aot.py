@@ -19,7 +19,7 @@ from fastgp.kernels import lane_blocks, lane_sumsq, row_blocks, row_sumsq
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.aot
 pytest.importorskip("jax.experimental.topologies")
-import compiled_figures as cf  # noqa: E402
+from fastgp import compiled as cf  # noqa: E402
 
 GENERATIONS = tuple(cf.TOPOLOGIES)
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}

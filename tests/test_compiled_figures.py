@@ -1,4 +1,4 @@
-"""benchmarks/compiled_figures.py: figures read from programs compiled for a TPU."""
+"""fastgp.compiled: figures read from programs compiled for a TPU."""
 
 import pathlib
 import sys
@@ -13,7 +13,7 @@ from fastgp.kernels import row_sumsq
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.aot
 pytest.importorskip("jax.experimental.topologies")
-import compiled_figures as cf  # noqa: E402
+from fastgp import compiled as cf  # noqa: E402
 
 HLO = """\
 %fused_computation.1 (param_0: f32[8]) -> f32[8] {

@@ -307,7 +307,7 @@ def test_pallas_under_auto_sharding_names_the_missing_tpu_partitioner():
     import sys
 
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-    import compiled_figures as cf
+    from fastgp import compiled as cf
 
     mesh = Mesh(np.array(cf.tpu_devices("v5e:2x2")), ("data",))
     x = jax.ShapeDtypeStruct((BATCH, 12), jnp.float32, sharding=NamedSharding(mesh, P("data")))

@@ -1,0 +1,359 @@
+"""Pick the fastest exact variant of the gradient penalty for one critic loss.
+
+    tuning = autotune(critic_loss, params, *args)                   # timed on this device
+    tuning = autotune(critic_loss, params, *args, generation="v5e")  # ranked, compiled for TPU
+    tuning.best       -> {"second_order": ..., "remat": ..., "backend": ...}
+    tuning.results    -> one VariantResult per variant: the exact ones fastest first, then the rest
+    tuning.table()    -> the same as a markdown table
+
+``critic_loss(params, *args, penalty=...) -> scalar`` is the user's own loss. It calls
+``penalty(critic, x, **options)`` where it would call ``fastgp.gradient_penalty`` (``kind``,
+``target``, ``weight`` as usual; ``second_order``, ``remat`` and ``backend`` are what is tuned, so
+it must not pass them). Give the single-device loss: no ``axis_name``, no ``shard_map``.
+
+Every variant (second order x remat policy x backend) is first checked against the naive nested
+``jax.grad`` penalty on the current device: the loss's value and its gradient with respect to
+``params``, each to ``rtol`` times the reference's largest |entry|. Only exact variants are
+ranked. Without ``generation`` they are timed: ``jax.jit(jax.value_and_grad(loss))``, rounds
+interleaved (``fastgp.timing``), median seconds. With ``generation`` ("v5e", "v6e", ...) each is
+compiled for one chip of that TPU generation from this host (``fastgp.compiled``; needs
+``jax[tpu]``) and ranked by the roofline bound of its compiled figures; a program that does not
+fit the chip's HBM is reported and not ranked. The Pallas backend is a candidate where it runs
+(TPU, GPU, or a named TPU generation, whose kernels are checked here in interpret mode).
+"""
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fastgp import compiled
+from fastgp._typing import PyTree
+from fastgp.penalty import REMAT_POLICIES, SECOND_ORDER, gradient_penalty
+from fastgp.reference import naive_gradient_penalty
+from fastgp.timing import interleaved_times
+
+TUNED = ("second_order", "remat", "backend")
+CriticLoss = Callable[..., jax.Array]  # critic_loss(params, *args, penalty=...) -> scalar
+
+
+class Variant(NamedTuple):
+    """One way of taking the penalty: ``gradient_penalty``'s ``second_order``, ``remat``,
+    ``backend``."""
+
+    second_order: str = "reverse-over-forward"
+    remat: str | None = None
+    backend: str = "xla"
+
+    def options(self) -> dict[str, Any]:
+        return self._asdict()
+
+    def label(self) -> str:
+        return f"{self.second_order}, remat={self.remat}, {self.backend}"
+
+
+DEFAULT = Variant()  # fastgp.gradient_penalty's defaults ("auto" is XLA)
+
+
+class VariantResult(NamedTuple):
+    """What was measured for one variant (``variant`` None: the naive penalty, the yardstick).
+
+    ``seconds``: the median step time, or with a TPU generation the roofline bound of the
+    compiled program; ``program``: that program's ``fastgp.compiled.figures``; ``problem``: why
+    the variant is not ranked (not exact, does not fit, does not compile), else None."""
+
+    variant: Variant | None
+    value_error: float
+    gradient_error: float
+    seconds: float | None = None
+    program: dict[str, Any] | None = None
+    problem: str | None = None
+
+    @property
+    def label(self) -> str:
+        return "naive (nested jax.grad)" if self.variant is None else self.variant.label()
+
+
+class Tuning(NamedTuple):
+    """The pick (``best``: keyword arguments for ``gradient_penalty``) and every measurement."""
+
+    best: dict[str, Any]
+    results: tuple[VariantResult, ...]
+    naive: VariantResult
+    measured_on: str  # e.g. "cpu: wall time, median of 10 interleaved rounds"
+
+    def table(self) -> str:
+        """A markdown table: every variant's errors, seconds, ratios and memory."""
+        base = self.naive.seconds
+        lines = [
+            f"Measured on {self.measured_on}.",
+            "",
+            "| variant | exact | value err | grad err | ms | / naive | peak MiB | note |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in (*self.results, self.naive):
+            ms = "-" if r.seconds is None else f"{r.seconds * 1e3:.3g}"
+            ratio = "-" if r.seconds is None or not base else f"{r.seconds / base:.3f}x"
+            peak = "-" if r.program is None else f"{r.program['peak'] / 2**20:.1f}"
+            exact = "reference" if r.variant is None else ("no" if _inexact(r) else "yes")
+            note = r.problem or (
+                "**best**" if r.variant is not None and r is self.results[0] else ""
+            )
+            lines.append(
+                f"| {r.label} | {exact} | {r.value_error:.1e} | {r.gradient_error:.1e} | {ms} "
+                f"| {ratio} | {peak} | {note} |"
+            )
+        return "\n".join(lines)
+
+
+def candidates(platform: str) -> tuple[Variant, ...]:
+    """Every variant for a platform ("cpu", "gpu", "tpu"): the Pallas kernels only where they
+    compile (TPU, GPU). The default comes first."""
+    backends = ("xla", "pallas") if platform in ("tpu", "gpu") else ("xla",)
+    every = [
+        Variant(order, remat, backend)
+        for backend in backends
+        for order in SECOND_ORDER
+        for remat in REMAT_POLICIES
+    ]
+    return (DEFAULT, *(v for v in every if v != DEFAULT))
+
+
+def _inexact(result: VariantResult) -> bool:
+    return result.problem is not None and result.problem.startswith("not exact")
+
+
+def _penalty(variant: Variant | None, backend_here: str | None, calls: list[int]) -> Callable:
+    """The ``penalty=`` given to the user's loss: fastgp's penalty as ``variant`` (on
+    ``backend_here`` where the variant's own backend cannot run on this host), or the naive one."""
+
+    def penalty(critic: Callable[..., jax.Array], x: PyTree, **options: Any) -> jax.Array:
+        tuned = sorted(set(options) & set(TUNED))
+        if tuned:
+            raise ValueError(
+                f"critic_loss passed {tuned} to penalty(...); autotune chooses "
+                f"{', '.join(TUNED)} itself, so leave them out of the call"
+            )
+        calls.append(1)
+        if variant is None:
+            return naive_gradient_penalty(critic, x, **options)
+        chosen = dict(variant.options(), backend=backend_here or variant.backend)
+        return gradient_penalty(critic, x, **options, **chosen)
+
+    return penalty
+
+
+def _loss_with(critic_loss: CriticLoss, penalty: Callable) -> Callable[..., jax.Array]:
+    def loss(params: PyTree, *args: Any) -> jax.Array:
+        return critic_loss(params, *args, penalty=penalty)
+
+    return loss
+
+
+def _check_loss(critic_loss: CriticLoss, params: PyTree, args: Sequence[Any]) -> None:
+    """Trace the loss once with the naive penalty; a clear error for each way it can be wrong."""
+    if not callable(critic_loss):
+        raise TypeError(f"critic_loss must be callable, got {type(critic_loss).__name__}")
+    calls: list[int] = []
+    try:
+        out = jax.eval_shape(_loss_with(critic_loss, _penalty(None, None, calls)), params, *args)
+    except TypeError as err:
+        if "penalty" not in str(err):
+            raise
+        raise TypeError(
+            f"critic_loss must take the penalty as a keyword argument, "
+            f"critic_loss(params, *args, penalty=fastgp.gradient_penalty), and call "
+            f"penalty(critic, x, ...) for its gradient penalty; calling it with penalty= "
+            f"failed: {err}"
+        ) from err
+    if not calls:
+        raise ValueError(
+            "critic_loss(params, *args, penalty=...) never called penalty(critic, x, ...): "
+            "there is no gradient penalty to tune; call the penalty it is given where it calls "
+            "fastgp.gradient_penalty"
+        )
+    if not (
+        isinstance(out, jax.ShapeDtypeStruct)
+        and out.shape == ()
+        and jnp.issubdtype(out.dtype, jnp.floating)
+    ):
+        got = f"shape {out.shape}, dtype {out.dtype}" if hasattr(out, "shape") else repr(out)
+        raise ValueError(
+            f"critic_loss must return a floating scalar (the loss to differentiate), got {got}"
+        )
+
+
+def _value_and_grad(critic_loss: CriticLoss, penalty: Callable) -> Callable[..., Any]:
+    return jax.jit(jax.value_and_grad(_loss_with(critic_loss, penalty)))
+
+
+def _host(tree: Any) -> list[np.ndarray]:
+    return [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(tree)]
+
+
+def _relative_error(ours: list[np.ndarray], ref: list[np.ndarray]) -> float:
+    """max |ours - ref| over every leaf, relative to the reference's largest |entry|."""
+    if not all(np.all(np.isfinite(a)) for a in ours):
+        return math.inf
+    scale = max(float(np.max(np.abs(b), initial=0.0)) for b in ref) or 1.0
+    return (
+        max(float(np.max(np.abs(a - b), initial=0.0)) for a, b in zip(ours, ref, strict=True))
+        / scale
+    )
+
+
+def _reference(critic_loss: CriticLoss, params: PyTree, args: Sequence[Any]) -> Any:
+    value, grads = jax.block_until_ready(
+        _value_and_grad(critic_loss, _penalty(None, None, []))(params, *args)
+    )
+    ref = (_host(value), _host(grads))
+    if not all(np.all(np.isfinite(leaf)) for part in ref for leaf in part):
+        raise ValueError(
+            "the naive penalty's loss or parameter gradient is not finite at these arguments, so "
+            "nothing can be checked (its backward divides by each sample's input-gradient norm: "
+            "NaN where one is zero); tune with arguments where no input-gradient vanishes"
+        )
+    return ref
+
+
+def _check(
+    critic_loss: CriticLoss,
+    variant: Variant,
+    backend_here: str | None,
+    params: PyTree,
+    args: Sequence[Any],
+    ref: Any,
+    rtol: float,
+) -> VariantResult:
+    fn = _value_and_grad(critic_loss, _penalty(variant, backend_here, []))
+    value, grads = jax.block_until_ready(fn(params, *args))
+    value_error = _relative_error(_host(value), ref[0])
+    gradient_error = _relative_error(_host(grads), ref[1])
+    problem = None
+    if not max(value_error, gradient_error) <= rtol:
+        problem = f"not exact: error > rtol={rtol:.0e}"
+    return VariantResult(variant, value_error, gradient_error, problem=problem)
+
+
+def _timed(
+    critic_loss: CriticLoss,
+    results: list[VariantResult],
+    params: PyTree,
+    args: Sequence[Any],
+    rounds: int,
+    warmup: int,
+) -> list[VariantResult]:
+    calls = {}
+    for index, r in enumerate(results):
+        fn = _value_and_grad(critic_loss, _penalty(r.variant, None, []))
+        calls[str(index)] = functools.partial(lambda f: jax.block_until_ready(f(params, *args)), fn)
+    samples = interleaved_times(calls, rounds=rounds, warmup=warmup)
+    return [r._replace(seconds=float(np.median(samples[str(i)]))) for i, r in enumerate(results)]
+
+
+def _structs(tree: Any) -> Any:
+    def struct(leaf: Any) -> Any:
+        dtype = leaf.dtype if hasattr(leaf, "dtype") else jnp.result_type(leaf)
+        return jax.ShapeDtypeStruct(np.shape(leaf), dtype)
+
+    return jax.tree.map(struct, tree)
+
+
+def _compiled_for(
+    critic_loss: CriticLoss,
+    result: VariantResult,
+    generation: str,
+    params: PyTree,
+    args: Sequence[Any],
+) -> VariantResult:
+    fn = jax.value_and_grad(_loss_with(critic_loss, _penalty(result.variant, None, [])))
+    try:
+        program = compiled.figures(
+            compiled.compile_for(compiled.tpu_device(generation), fn, *_structs((params, *args)))
+        )
+    except Exception as err:  # a compiler's refusal is a measurement here
+        if compiled.is_out_of_memory(err):
+            return result._replace(problem=f"does not fit {generation}'s HBM")
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return result._replace(problem=f"does not compile for {generation}: {first[:160]}")
+    return result._replace(seconds=compiled.roofline_s(program, generation), program=program)
+
+
+def autotune(
+    critic_loss: CriticLoss,
+    params: PyTree,
+    *args: Any,
+    generation: str | None = None,
+    variants: Sequence[Variant] | None = None,
+    rounds: int = 10,
+    warmup: int = 2,
+    rtol: float = 1e-5,
+) -> Tuning:
+    """The fastest exact variant of the gradient penalty inside ``critic_loss``.
+
+    Args:
+      critic_loss: ``critic_loss(params, *args, penalty=...) -> scalar``, calling
+        ``penalty(critic, x, ...)`` for its gradient penalty (see the module docstring).
+      params: the pytree the loss is differentiated with respect to (the critic's parameters).
+      args: the loss's other arguments (concrete arrays: real, fake, a key, ...).
+      generation: None to time on JAX's default device; a TPU generation ("v4", "v5e", "v5p",
+        "v6e", "7x") to rank programs compiled for one chip of it from this host.
+      variants: the candidates (default :func:`candidates` of the platform).
+      rounds, warmup: timed and untimed calls per variant (timing only).
+      rtol: tolerance of the check against the naive penalty, relative to the reference's
+        largest |entry| (1e-5 suits float32; a bfloat16 loss needs about 1e-2).
+
+    Returns:
+      a :class:`Tuning`; ``best`` are keyword arguments for ``fastgp.gradient_penalty``.
+
+    Raises:
+      TypeError / ValueError naming the problem when the loss does not take or call ``penalty``,
+      does not return a floating scalar, passes a tuned option itself, or when the naive
+      reference is not finite; ValueError when no variant is exact (or none fits).
+    """
+    if generation is not None and generation not in compiled.TOPOLOGIES:
+        raise ValueError(
+            f"unknown TPU generation {generation!r}; expected one of {tuple(compiled.TOPOLOGIES)}"
+        )
+    _check_loss(critic_loss, params, args)
+    platform = "tpu" if generation else jax.default_backend()
+    variants = tuple(variants) if variants is not None else candidates(platform)
+    # Kernels named for a TPU generation are checked on this host in interpret mode.
+    here = jax.default_backend()
+    interpret = "interpret" if here == "cpu" else None
+    ref = _reference(critic_loss, params, args)
+    checked = [
+        _check(
+            critic_loss,
+            v,
+            interpret if v.backend == "pallas" else None,
+            params,
+            args,
+            ref,
+            rtol,
+        )
+        for v in variants
+    ]
+    naive = VariantResult(None, 0.0, 0.0)
+    exact = [r for r in checked if r.problem is None]
+    if generation is None:
+        measured = _timed(critic_loss, [*exact, naive], params, args, rounds, warmup)
+        naive, exact = measured[-1], measured[:-1]
+        how = f"{here}: wall time, median of {rounds} interleaved rounds"
+    else:
+        naive = _compiled_for(critic_loss, naive, generation, params, args)
+        exact = [_compiled_for(critic_loss, r, generation, params, args) for r in exact]
+        how = f"one {generation} chip: roofline bound of the compiled program"
+    ranked = sorted((r for r in exact if r.problem is None), key=lambda r: r.seconds or 0.0)
+    rest = [r for r in checked if r.problem is not None] + [r for r in exact if r.problem]
+    tuning = Tuning({}, (*ranked, *rest), naive, how)
+    if not ranked:
+        raise ValueError(f"no variant of the penalty is exact and runs here:\n{tuning.table()}")
+    return tuning._replace(best=ranked[0].variant.options())
+
+
+__all__ = ["DEFAULT", "TUNED", "Tuning", "Variant", "VariantResult", "autotune", "candidates"]
