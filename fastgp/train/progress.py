@@ -36,7 +36,8 @@ def describe(record: dict) -> str:
         )
     if "c2st_accuracy" in record:
         text += (
-            f"  C2ST {record['c2st_accuracy']:.3f} (floor {record['c2st_floor']:.3f}) "
+            f"  C2ST {record['c2st_accuracy']:.3f} (floor {record['c2st_floor']:.3f}, "
+            f"sigma {record['c2st_sigma']:.3f}) FD {record['frechet_distance']:.2f} "
             f"classes {record['classes_covered']}/10"
         )
     return text

@@ -300,7 +300,16 @@ def _next_stop(it: int, end: int, *periods) -> int:
 
 
 # Digits-metric keys logged in metrics.jsonl (the summary holds the whole metric).
-DIGITS_RECORD = ("c2st_accuracy", "c2st_floor", "classes_covered", "class_entropy")
+DIGITS_RECORD = (
+    "c2st_accuracy",
+    "c2st_floor",
+    "c2st_sigma",
+    "frechet_distance",
+    "frechet_sigma",
+    "confidence",
+    "classes_covered",
+    "class_entropy",
+)
 
 
 class _Evaluator:
@@ -352,7 +361,8 @@ class _Evaluator:
         """The quality of the generator at ``step`` (computed once per step), or None.
 
         Gaussian mixtures: {"modes", "high_quality", "total_modes"}; digits: the
-        ``DigitQuality`` metric (C2ST accuracy and its real-vs-real floor, class coverage)."""
+        ``DigitQuality`` metric (C2ST, Frechet distance and confidence with their real-vs-real
+        floors and equivalent noise sigmas, class coverage)."""
         if not self.evaluates:
             return None
         if self._last is not None and self._last[0] == step:
@@ -384,8 +394,9 @@ class _Evaluator:
                 f"{quality['high_quality']:.1f}% high quality"
             )
         return (
-            f", C2ST {quality['c2st_accuracy']:.3f} (real vs real "
-            f"{quality['c2st_floor']:.3f}), {quality['classes_covered']}/10 classes"
+            f", C2ST {quality['c2st_accuracy']:.3f} (real {quality['c2st_floor']:.3f}, "
+            f"noise sigma {quality['c2st_sigma']:.3f}), FD {quality['frechet_distance']:.2f} "
+            f"(real {quality['frechet_floor']:.2f}), {quality['classes_covered']}/10 classes"
         )
 
     def figure(self, path, state, records, title):
