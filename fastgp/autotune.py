@@ -39,6 +39,7 @@ from fastgp.timing import interleaved_times
 
 TUNED = ("second_order", "remat", "backend")
 CriticLoss = Callable[..., jax.Array]  # critic_loss(params, *args, penalty=...) -> scalar
+PenaltyFn = Callable[..., jax.Array]  # penalty(critic, x, **options) -> scalar
 
 
 class Variant(NamedTuple):
@@ -127,7 +128,7 @@ def _inexact(result: VariantResult) -> bool:
     return result.problem is not None and result.problem.startswith("not exact")
 
 
-def _penalty(variant: Variant | None, backend_here: str | None, calls: list[int]) -> Callable:
+def _penalty(variant: Variant | None, backend_here: str | None, calls: list[int]) -> PenaltyFn:
     """The ``penalty=`` given to the user's loss: fastgp's penalty as ``variant`` (on
     ``backend_here`` where the variant's own backend cannot run on this host), or the naive one."""
 
@@ -147,7 +148,7 @@ def _penalty(variant: Variant | None, backend_here: str | None, calls: list[int]
     return penalty
 
 
-def _loss_with(critic_loss: CriticLoss, penalty: Callable) -> Callable[..., jax.Array]:
+def _loss_with(critic_loss: CriticLoss, penalty: PenaltyFn) -> Callable[..., jax.Array]:
     def loss(params: PyTree, *args: Any) -> jax.Array:
         return critic_loss(params, *args, penalty=penalty)
 
@@ -187,7 +188,7 @@ def _check_loss(critic_loss: CriticLoss, params: PyTree, args: Sequence[Any]) ->
         )
 
 
-def _value_and_grad(critic_loss: CriticLoss, penalty: Callable) -> Callable[..., Any]:
+def _value_and_grad(critic_loss: CriticLoss, penalty: PenaltyFn) -> Callable[..., Any]:
     return jax.jit(jax.value_and_grad(_loss_with(critic_loss, penalty)))
 
 
@@ -353,7 +354,9 @@ def autotune(
     tuning = Tuning({}, (*ranked, *rest), naive, how)
     if not ranked:
         raise ValueError(f"no variant of the penalty is exact and runs here:\n{tuning.table()}")
-    return tuning._replace(best=ranked[0].variant.options())
+    best = ranked[0].variant
+    assert best is not None  # the naive yardstick is never ranked
+    return tuning._replace(best=best.options())
 
 
 __all__ = ["DEFAULT", "TUNED", "Tuning", "Variant", "VariantResult", "autotune", "candidates"]
