@@ -134,22 +134,27 @@ def test_train_writes_every_output(reference):
     assert matplotlib.image.imread(out / "figure.png").shape[:2] > (400, 400)
     assert Checkpoints(out / "checkpoints").latest_step() == 400
     assert json.loads((out / "summary.json").read_text()) == summary
-    assert json.loads((out / "run.json").read_text())["config"]["total_steps"] == 400
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["total_steps"] == 400
+    assert run["fused"] is True  # the MLP pair: one scan per chunk on CPU too
 
 
 # --- resume: exactly the uninterrupted run --------------------------------------------------------
 
 
 def test_four_device_cpu_run_completes(tmp_path):
-    """One process, 4 CPU devices, the iterations dispatched one by one: XLA:CPU's in-process
-    all-reduce aborted after 40 s when a later iteration was queued behind it (two tries of 300
-    steps of the default recipe both died that way)."""
+    """One process, 4 CPU devices, the iterations dispatched one by one (``--fused off``, the way
+    the digits conv pair runs on CPU): XLA:CPU's in-process all-reduce aborted after 40 s when a
+    later iteration was queued behind it (two tries of 300 steps of the default recipe both died
+    that way)."""
     fastgp(
         "train",
         "--steps",
         "300",
         "--devices",
         "4",
+        "--fused",
+        "off",
         "--no-progress",
         "--out",
         str(tmp_path / "run"),
@@ -157,6 +162,7 @@ def test_four_device_cpu_run_completes(tmp_path):
     )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["devices"] == 4 and summary["steps"] == 300
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["fused"] is False
 
 
 @pytest.mark.slow

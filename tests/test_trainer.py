@@ -283,13 +283,69 @@ def test_fused_and_unfused_runs_agree(problem, gp_every):
         )
 
 
-def test_unfused_is_the_cpu_default():
-    from fastgp.train.trainer import make_mesh
+def _conv_inside(model):
+    """``model`` with a 1x1 convolution (a no-op on values) hidden in a nested jit and a
+    lax.cond of its apply: the networks' program holds a convolution, their code no conv layer."""
+    from fastgp.train.models import Model
 
-    assert (
-        Trainer(TrainConfig(batch_size=8), *_toy_models(), mesh=make_mesh(jax.devices()[:1])).fused
-        is False
-    )
+    def apply(params, x, dtype=jax.numpy.float32):
+        @jax.jit
+        def identity(h):
+            w = jax.numpy.ones((1, 1, 1, 1), h.dtype)
+            conv = lambda h: jax.lax.conv_general_dilated(
+                h[:, :, None, None], w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
+            )[:, :, 0, 0]
+            return jax.lax.cond(True, conv, lambda h: h, h)
+
+        return model.apply(params, identity(x), dtype)
+
+    return Model(model.init, apply)
+
+
+def test_default_fusing_follows_the_networks_program():
+    """On CPU the iterations of MLP pairs run as one fused scan (cheaper per iteration and to
+    compile), those of networks with a convolution anywhere in their program one by one with the
+    critic steps written out (XLA:CPU runs convolutions several times slower in a loop body);
+    elsewhere always fused; ``fused=`` overrides; and ``run`` goes the way ``fused`` says."""
+    from fastgp.train.recipes import build_problem, default_config
+    from fastgp.train.trainer import default_fused, make_mesh, network_primitives
+
+    mesh = make_mesh(jax.devices()[:1])
+    for dataset in ("8gaussians", "25gaussians", "digits"):
+        config = default_config(dataset, backend="xla")
+        problem = build_problem(dataset, config)
+        models = problem.generator, problem.critic, problem.sample_real
+        assert Trainer(config, *models, mesh=mesh).fused is (dataset != "digits"), dataset
+        for platform in ("tpu", "gpu"):
+            assert default_fused(platform, problem.generator, problem.critic, config)
+        for fused in (True, False):
+            assert Trainer(config, *models, mesh=mesh, fused=fused).fused is fused
+
+    generator, critic, sample_real = _toy_models()
+    config = TrainConfig(batch_size=8, n_critic=2, latent_dim=2, backend="xla")
+    hidden = _conv_inside(critic)
+    assert "conv_general_dilated" not in network_primitives(generator, critic, config)
+    assert "conv_general_dilated" in network_primitives(generator, hidden, config)
+    assert default_fused("cpu", generator, critic, config)
+    assert not default_fused("cpu", generator, hidden, config)
+    assert not default_fused("cpu", _conv_inside(generator), critic, config)
+    assert default_fused("tpu", generator, hidden, config)
+
+    calls = {}
+    for fused in (True, False):
+        trainer = Trainer(config, generator, critic if fused else hidden, sample_real, mesh=mesh)
+        assert trainer.fused is fused
+        iteration = trainer.iteration
+        calls[fused] = 0
+
+        def counted(state, iteration=iteration, fused=fused):
+            calls[fused] += 1
+            return iteration(state)
+
+        trainer.iteration = counted
+        state, metrics = trainer.run(trainer.init(), 3)
+        assert int(state.iteration) == 3 and metrics["generator_loss"].shape == (3, 1)
+    assert calls == {True: 0, False: 3}
 
 
 def test_gp_schedule_is_lazy_and_rescaled():

@@ -35,6 +35,7 @@ from fastgp.train.launcher import (
 from fastgp.train.state import INT32_MAX, PRECISIONS
 
 SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
+FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
 
 TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
@@ -296,6 +297,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="end this invocation after this many generator steps (checkpointed; "
         "continue with --resume)",
     )
+    train.add_argument(
+        "--fused",
+        choices=tuple(FUSED),
+        default="auto",
+        help="how the generator iterations run: on = one compiled lax.scan per chunk, off = one "
+        "compiled iteration per dispatch with its critic steps written out; auto (the "
+        "default): on, except on CPU for networks with convolutions (digits), which XLA:CPU "
+        "runs several times slower inside a loop. The same steps either way",
+    )
     train.add_argument("--no-progress", action="store_true", help="no live progress bar")
 
     check = sub.add_parser(
@@ -438,6 +448,7 @@ def _train(args) -> int:
         resume=args.resume,
         progress=not args.no_progress,
         devices=None if args.devices is None else args.devices * args.processes,
+        fused=FUSED[args.fused],
     )
     overrides = {
         "total_steps": args.steps,

@@ -46,8 +46,10 @@ def first_nonfinite_loss(metrics, start: int):
 
 
 @jax.jit
-def _finite_leaves(tree):
-    return [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]
+def _finite_leaves(trees):
+    """One bool per leaf of ``trees``, in leaf order: one program and one transfer for the whole
+    state, which the run loop checks after every chunk."""
+    return jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(trees)])
 
 
 STATE_PARTS = (
@@ -62,13 +64,16 @@ def nonfinite_state(state):
     """ "critic parameters d_params[1]['w'] hold non-finite values" for the first non-finite
     array of the parameters, then of the Adam states (a squared gradient can overflow while the
     parameters stay finite), or None."""
-    for label, field in STATE_PARTS:
-        tree = getattr(state, field)
-        finite = jax.device_get(_finite_leaves(tree))
-        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
-        for path, ok in zip(paths, finite, strict=True):
-            if not ok:
-                return f"{label} {field}{path} hold non-finite values"
+    trees = [getattr(state, field) for _, field in STATE_PARTS]
+    names = [
+        f"{label} {field}{jax.tree_util.keystr(path)}"
+        for (label, field), tree in zip(STATE_PARTS, trees, strict=True)
+        for path, _ in jax.tree_util.tree_leaves_with_path(tree)
+    ]
+    finite = np.asarray(jax.device_get(_finite_leaves(trees)))
+    for name, ok in zip(names, finite, strict=True):
+        if not ok:
+            return f"{name} hold non-finite values"
     return None
 
 

@@ -98,6 +98,10 @@ class RunOptions:
     resume: bool = False
     progress: bool = True
     devices: int | None = None  # mesh size (default: every visible device)
+    # Trainer.run as one fused scan (True) or an iteration per dispatch (False); None: the
+    # trainer's choice by platform and networks (``fastgp.train.trainer.default_fused``).
+    # The same steps either way, so a resumed run may choose differently.
+    fused: bool | None = None
 
 
 def default_backend() -> str:
@@ -457,7 +461,12 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
         raise _devices_error(config, len(devices), options, overrides, resumed)
     try:
         trainer = Trainer(
-            config, problem.generator, problem.critic, problem.sample_real, mesh=make_mesh(devices)
+            config,
+            problem.generator,
+            problem.critic,
+            problem.sample_real,
+            mesh=make_mesh(devices),
+            fused=options.fused,
         )
     except ValueError as err:
         raise RunError(
@@ -483,7 +492,12 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
             f"{out / outputs.RUN}",
             outputs.write_json,
             out / outputs.RUN,
-            {**run_meta, "devices": len(devices), "processes": jax.process_count()},
+            {
+                **run_meta,
+                "devices": len(devices),
+                "processes": jax.process_count(),
+                "fused": trainer.fused,
+            },
         )
 
     def wall():

@@ -1,6 +1,7 @@
 """The data-parallel WGAN-GP trainer: every step under ``jax.shard_map`` over a 1-D "data" mesh.
 
     trainer = Trainer(config, generator, critic, sample_real, mesh=None, fused=None)
+    trainer.fused                                           # how ``run`` goes (default_fused)
     state = trainer.init()                                  # replicated TrainState
     state = trainer.replicate(restored_state)               # e.g. after loading a checkpoint
     state, metrics = trainer.run(state, iterations)         # ``iterations`` generator iterations
@@ -20,15 +21,18 @@ parameters cast once to per-core values, so each step all-reduces one vector
 (``_packed_value_and_grad``).
 ``fastgp.train.selfcheck`` verifies all of that against ``fastgp.train.naive_trainer``.
 
-``run`` goes one of two ways, the same steps and random numbers (``fused``; None: by the mesh's
-platform). Fused (TPU, GPU): ``run(state, I)`` is one compiled ``lax.scan`` over the I iterations,
-each a ``lax.scan`` over the critic steps: one dispatch, a program that does not grow with I or
-n_critic. Unfused (CPU): ``run`` calls ``iteration``, ONE generator iteration compiled with its
-critic steps written out (no loop in the program), I times. XLA:CPU lays out the weight-gradient
-convolutions inside a loop body for a slow path (the digits conv pair: 3.5-4x slower per
-iteration in the scan than written out), and a dispatch per iteration costs little there.
-Written out, a ``gp_every`` that divides ``n_critic`` decides the lazy penalty of each critic step
-at trace time (no ``lax.cond``). ``run.lower`` lowers the fused program either way.
+``run`` goes one of two ways, the same steps and random numbers (``fused``; None:
+:func:`default_fused`). Fused: ``run(state, I)`` is one compiled ``lax.scan`` over the I
+iterations, each a ``lax.scan`` over the critic steps: one dispatch, a program that does not grow
+with I or n_critic. Unfused: ``run`` calls ``iteration``, ONE generator iteration compiled with
+its critic steps written out (no loop in the program), I times. The default is fused, except on
+CPU for networks with a primitive of :data:`LOOP_SLOW_ON_CPU` (convolutions): XLA:CPU lays out
+the weight-gradient convolutions inside a loop body for a slow path (the digits conv pair:
+3.5-4x slower per iteration in the scan than written out), and a dispatch per iteration costs
+little there. The MLP pairs run fused on CPU too: their scan compiles faster and costs less CPU
+time per iteration than the written-out iteration (``benchmarks/train_time.py``). Written out, a
+``gp_every`` that divides ``n_critic`` decides the lazy penalty of each critic step at trace time
+(no ``lax.cond``). ``run.lower`` lowers the fused program either way.
 
 ``metrics`` from ``run`` (I = iterations, C = n_critic, N = devices; gathered from every core):
     critic_loss, penalty, wasserstein          (I, C, N) float32  global values, as seen by core n
@@ -63,6 +67,46 @@ from fastgp.train.state import (
 )
 
 AXIS = "data"
+# Primitives XLA:CPU runs several times slower inside a loop body (``lax.scan``, ``lax.cond``)
+# than at the top level of a program; a network that holds one runs unfused on CPU by default.
+LOOP_SLOW_ON_CPU = frozenset({"conv_general_dilated"})
+
+
+def network_primitives(generator, critic, config: TrainConfig) -> frozenset[str]:
+    """The names of the primitives in ``critic(generator(z))`` under ``config`` (nested calls
+    included), traced on abstract values: nothing is initialised or computed. Convolutions
+    appear here as ``conv_general_dilated`` (transposed ones too); their gradients are
+    convolutions as well."""
+    key = jax.random.PRNGKey(0)
+    g_params, d_params = jax.eval_shape(generator.init, key), jax.eval_shape(critic.init, key)
+    z = jax.ShapeDtypeStruct((2, config.latent_dim), jnp.float32)
+
+    def forward(g_params, d_params, z):
+        fake = generator.apply(g_params, z, dtype=config.dtype)
+        return critic.apply(d_params, fake, dtype=config.dtype)
+
+    names: set[str] = set()
+    _collect_primitives(jax.make_jaxpr(forward)(g_params, d_params, z).jaxpr, names)
+    return frozenset(names)
+
+
+def _collect_primitives(jaxpr, names: set) -> None:
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple | list) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
+                if hasattr(sub, "eqns"):
+                    _collect_primitives(sub, names)
+
+
+def default_fused(platform: str, generator, critic, config: TrainConfig) -> bool:
+    """Whether ``Trainer.run`` fuses its iterations by default on ``platform``: everywhere but on
+    CPU when the networks hold a primitive of :data:`LOOP_SLOW_ON_CPU` (the digits conv pair);
+    the MLP pairs fuse on CPU too."""
+    if platform != "cpu":
+        return True
+    return not network_primitives(generator, critic, config) & LOOP_SLOW_ON_CPU
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -122,7 +166,9 @@ class Trainer:
         self._batched = NamedSharding(mesh, P(None, AXIS))
         devices_of = getattr(mesh, "devices", None)  # an AbstractMesh has none
         platform = jax.default_backend() if devices_of is None else devices_of.flat[0].platform
-        self.fused = platform != "cpu" if fused is None else bool(fused)
+        self.fused = (
+            default_fused(platform, generator, critic, config) if fused is None else bool(fused)
+        )
         self.iteration = blocking(jax.jit(self._unfused_iteration), self.backend)
         self.run = _Run(self, blocking(jax.jit(self._run, static_argnums=1), self.backend))
         self.critic_step = blocking(
@@ -350,7 +396,8 @@ def _stack(trees):
 class _Run:
     """``Trainer.run(state, iterations)``: the fused program, or the compiled iteration called
     ``iterations`` times (``Trainer.fused``). ``lower(state, iterations)`` lowers the fused
-    program (the one TPU and GPU run) whichever way this trainer runs."""
+    program (the one TPU and GPU run, and CPU for networks without convolutions) whichever way
+    this trainer runs."""
 
     def __init__(self, trainer: Trainer, fused_run):
         self._trainer, self._fused_run = trainer, fused_run
@@ -373,4 +420,11 @@ class _Run:
         return state, _stack(steps)  # (I, ...), as the fused scan stacks them
 
 
-__all__ = ["AXIS", "Trainer", "make_mesh"]
+__all__ = [
+    "AXIS",
+    "LOOP_SLOW_ON_CPU",
+    "Trainer",
+    "default_fused",
+    "make_mesh",
+    "network_primitives",
+]

@@ -1,0 +1,195 @@
+"""`make train`'s job and the 25-Gaussian run: the previous CPU path against the current choice.
+
+    JAX_PLATFORMS=cpu python benchmarks/train_time.py [--repeats 2] [--datasets 8gaussians ...]
+    -> benchmarks/results/train_time.md and train_time.json
+
+Each run is the full default recipe as ``make train`` runs it (``fastgp train --dataset D
+--no-progress`` in a fresh --out), once with ``--fused off`` (every CPU run's path before: one
+compiled iteration per dispatch, the critic steps written out) and once with ``--fused auto``
+(the default: one fused ``lax.scan`` per chunk for the MLP pairs). The two alternate within each
+repeat (off, auto, then auto, off), so the load of this shared machine hits both alike; the
+1-minute load average is recorded before and after every run.
+
+Per run: ``train_s`` from summary.json (training only: compilation, evaluations and checkpoints
+included, start-up and the final figure excluded), steps/s = steps / train_s, the wall time to
+the first log point (compilation plus 100 steps), the steady steps/s after it (metrics.jsonl),
+the CPU seconds of the whole command (user + sys; less sensitive to the neighbours' load than
+wall time), and the final quality (modes, % high quality). ``meets``: every mode, >= 90 % high
+quality and train_s <= 120 s.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODES = {"off": "unfused (previous CPU path)", "auto": "auto (new default)"}
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+BUDGET_S = 120.0
+MIN_HIGH_QUALITY = 90.0
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _child_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def train_once(dataset: str, mode: str) -> dict:
+    """One default run of ``dataset`` with ``--fused mode``; its figures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "fastgp.train.cli", "train", "--dataset", dataset]
+        cmd += ["--fused", mode, "--out", str(out), "--no-progress"]
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        load_before, cpu_before, start = _load(), _child_cpu_s(), time.perf_counter()
+        subprocess.run(cmd, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+        command_s = time.perf_counter() - start
+        cpu_s, load_after = _child_cpu_s() - cpu_before, _load()
+        summary = json.loads((out / "summary.json").read_text())
+        fused = json.loads((out / "run.json").read_text())["fused"]
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    first, last = records[0], records[-1]
+    steady = (last["step"] - first["step"]) / (last["wall_s"] - first["wall_s"])
+    train_s = summary["train_s"]
+    return {
+        "dataset": dataset,
+        "mode": mode,
+        "fused": fused,
+        "steps": summary["steps"],
+        "train_s": train_s,
+        "steps_per_s": round(summary["steps"] / train_s, 1),
+        "first_log_s": round(first["wall_s"], 1),
+        "first_log_step": first["step"],
+        "steady_steps_per_s": round(steady, 1),
+        "command_s": round(command_s, 1),
+        "cpu_s": round(cpu_s, 1),
+        "modes": summary["modes"],
+        "total_modes": summary["total_modes"],
+        "high_quality": summary["high_quality"],
+        "meets": bool(
+            summary["modes"] == summary["total_modes"]
+            and summary["high_quality"] >= MIN_HIGH_QUALITY
+            and train_s <= BUDGET_S
+        ),
+        "load_before": load_before,
+        "load_after": load_after,
+    }
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def report(runs: list, args, meta: dict) -> str:
+    """The markdown page: every run in the order run, then the medians per dataset and mode."""
+    lines = [
+        "# Training time of the default runs: unfused against the default choice",
+        "",
+        (
+            f"`{meta['command']}` on {meta['machine']}, commit {meta['commit']}: "
+            "`fastgp train --dataset D --fused {off,auto}` with the dataset's recipe, the two "
+            "modes alternating (off, auto, then auto, off) within each repeat. train_s is "
+            "summary.json's (compilation, evaluations and checkpoints included; start-up and the "
+            "final figure excluded); first log = wall time to step 100 (compilation plus 100 "
+            "steps); steady = steps/s after it; CPU s = user + sys of the whole command; load = "
+            "the 1-minute load average before -> after the run (2 cores, shared). meets: every "
+            f"mode, >= {MIN_HIGH_QUALITY:.0f} % high quality, train_s <= {BUDGET_S:.0f} s."
+        ),
+        "",
+        (
+            "| # | dataset | --fused | fused | train_s | steps/s | first log | steady steps/s "
+            "| CPU s | modes | high quality | meets | load |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(runs, 1):
+        lines.append(
+            f"| {i} | {r['dataset']} | {r['mode']} | {r['fused']} | {r['train_s']:.1f} "
+            f"| {r['steps_per_s']:.1f} | {r['first_log_s']:.1f} s | {r['steady_steps_per_s']:.1f} "
+            f"| {r['cpu_s']:.1f} | {r['modes']}/{r['total_modes']} | {r['high_quality']:.2f} % "
+            f"| {'yes' if r['meets'] else 'no'} | {r['load_before']:.2f} -> {r['load_after']:.2f} |"
+        )
+    lines += [
+        "",
+        "Medians per dataset and mode:",
+        "",
+        (
+            "| dataset | mode | runs | train_s | steps/s | steady steps/s | CPU s | high quality "
+            "| load before |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for dataset in args.datasets:
+        for mode, label in MODES.items():
+            rs = [r for r in runs if r["dataset"] == dataset and r["mode"] == mode]
+            if not rs:
+                continue
+
+            def med(key, rs=rs):
+                return statistics.median(r[key] for r in rs)
+
+            lines.append(
+                f"| {dataset} | {label} | {len(rs)} | {med('train_s'):.1f} "
+                f"| {med('steps_per_s'):.1f} | {med('steady_steps_per_s'):.1f} "
+                f"| {med('cpu_s'):.1f} | {med('high_quality'):.2f} % | {med('load_before'):.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--datasets", nargs="+", default=["8gaussians", "25gaussians"])
+    parser.add_argument("--results", type=pathlib.Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    command = "python benchmarks/train_time.py" + (
+        f" --repeats {args.repeats}" if args.repeats != 2 else ""
+    )
+    if args.datasets != ["8gaussians", "25gaussians"]:
+        command += " --datasets " + " ".join(args.datasets)
+    meta = {
+        "command": command,
+        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python "
+        f"{platform.python_version()}",
+        "commit": _git_commit(),
+    }
+    runs: list = []
+    args.results.mkdir(parents=True, exist_ok=True)
+    for repeat in range(args.repeats):
+        for dataset in args.datasets:
+            modes = list(MODES) if repeat % 2 == 0 else list(MODES)[::-1]
+            for mode in modes:
+                runs.append(train_once(dataset, mode))
+                print(json.dumps(runs[-1]), flush=True)
+                # Written after every run: an interrupted benchmark keeps what it measured.
+                (args.results / "train_time.json").write_text(
+                    json.dumps({**meta, "runs": runs}, indent=1) + "\n"
+                )
+                (args.results / "train_time.md").write_text(report(runs, args, meta))
+    print(report(runs, args, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
