@@ -2,6 +2,7 @@
 
     fastgp train [--dataset 8gaussians] [--devices N] [--processes P] [--out DIR] [--resume] ...
     fastgp check --devices N [--processes P] --steps K --batch-size B [--dataset digits]
+    fastgp tune MODULE:FUNCTION [--generation v5e]   (fastgp.train.tune_command)
 
 ``--devices N`` gives each process N simulated CPU devices (XLA_FLAGS, set here before JAX
 starts). ``--processes P`` starts P local processes (``fastgp.train.launcher``) that form one JAX
@@ -24,6 +25,7 @@ import sys
 from fastgp.backends import BACKENDS
 from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
+from fastgp.train import tune_command
 from fastgp.train.data import CHECK_DATASETS, DATASETS
 from fastgp.train.launcher import (
     check_port,
@@ -32,7 +34,7 @@ from fastgp.train.launcher import (
     start_distributed,
     supervise,
 )
-from fastgp.train.state import INT32_MAX, PRECISIONS
+from fastgp.train.state import CONFIG_SECOND_ORDER, INT32_MAX, PRECISIONS
 
 SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
 FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
@@ -202,13 +204,20 @@ def _add_training_flags(p, *, defaults):
     p.add_argument(
         "--seed", type=_seed, default=defaults.get("seed"), help=f"random seed, 0..{SEED_MAX}"
     )
+    tunable = defaults.get("second_order") is None  # fastgp train; fastgp check fixes one
     p.add_argument(
         "--second-order",
-        choices=SECOND_ORDER,
+        choices=CONFIG_SECOND_ORDER if tunable else SECOND_ORDER,
         default=defaults.get("second_order"),
         help="how the penalty's parameter gradient is taken: reverse-over-forward "
         "(the VJP of a JVP of the critic, the default) or reverse (nested grad); "
-        "both exact",
+        "both exact"
+        + (
+            "; auto: time both on this run's critic loss at start-up (checked against the "
+            "naive penalty) and train with the faster"
+            if tunable
+            else ""
+        ),
     )
 
 
@@ -219,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         "data-parallel trainer, or check it against the one-device "
         "reference.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,check}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,check,tune}")
 
     train = sub.add_parser(
         "train", help="train a WGAN-GP and write its outputs", description=TRAIN_HELP
@@ -341,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         "recipe's conv critic and generator on 8x8 images)",
     )
     _add_parallel_flags(check, devices=8)
+    tune_command.add_parser(sub)
     return parser
 
 
@@ -561,6 +571,8 @@ def main(argv=None) -> int:
     logging.getLogger("absl").setLevel(logging.CRITICAL)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "tune":
+        return tune_command.run(args)
     _validate(parser, args)
     if args.processes > 1 and args.process_id is None:
         return _supervise(args, argv)

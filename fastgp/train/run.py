@@ -42,6 +42,7 @@ from fastgp.train.checkpoints import (
 from fastgp.train.data import toy_modes
 from fastgp.train.figures import plot_run
 from fastgp.train.nonfinite import first_nonfinite_loss, nonfinite_state
+from fastgp.train.penalty_tuning import choose_second_order
 from fastgp.train.progress import RunProgress
 from fastgp.train.quality import mode_quality
 from fastgp.train.recipes import build_problem, default_config
@@ -219,6 +220,8 @@ def resolve(
             f"another --out"
         )
     stored = dict(meta["config"], betas=tuple(meta["config"]["betas"]))
+    if overrides.get("second_order") == "auto":  # the checkpoint holds the order it picked
+        overrides = dict(overrides, second_order=None)
     for field, value in overrides.items():
         if value is not None and value != stored[field] and field not in CHANGEABLE_ON_RESUME:
             raise RunError(
@@ -234,6 +237,26 @@ def resolve(
 
 def _warn(text: str) -> None:
     print(f"fastgp train: {text}", file=sys.stderr, flush=True)
+
+
+def _tuning_line(config, tuning) -> str:
+    """One line on what ``--second-order auto`` measured and chose."""
+    times = ", ".join(
+        f"{r.variant.second_order} {r.seconds * 1e3:.3g} ms" for r in tuning.results if r.seconds
+    )
+    return (
+        f"--second-order auto: {config.second_order} (critic step on one device: {times}; "
+        f"each checked against the naive penalty)"
+    )
+
+
+def _tuning_record(tuning) -> dict:
+    return {
+        "measured_on": tuning.measured_on,
+        "seconds": {r.variant.second_order: r.seconds for r in tuning.results},
+        "naive_seconds": tuning.naive.seconds,
+        "gradient_error": {r.variant.second_order: r.gradient_error for r in tuning.results},
+    }
 
 
 def _barrier(name: str) -> None:
@@ -459,6 +482,11 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
         devices = devices[: options.devices]
     if config.batch_size % len(devices):
         raise _devices_error(config, len(devices), options, overrides, resumed)
+    tuned = None
+    if config.second_order == "auto":
+        config, tuned = choose_second_order(config, problem, config.batch_size // len(devices))
+        if primary:
+            _warn(_tuning_line(config, tuned))
     try:
         trainer = Trainer(
             config,
@@ -497,6 +525,7 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
                 "devices": len(devices),
                 "processes": jax.process_count(),
                 "fused": trainer.fused,
+                **({} if tuned is None else {"second_order_tuning": _tuning_record(tuned)}),
             },
         )
 

@@ -27,6 +27,8 @@ from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+# "auto": fastgp.train.penalty_tuning picks one of SECOND_ORDER at start-up, before the Trainer.
+CONFIG_SECOND_ORDER = (*SECOND_ORDER, "auto")
 INT32_MAX = 2**31 - 1  # iteration and optimiser step counters are int32
 # jax.random.PRNGKey takes a C long; evaluation keys use seed + 10_000.
 SEED_RANGE = (-(2**63), 2**63 - 1 - 10_000)
@@ -51,6 +53,7 @@ class TrainConfig:
     With ``decay_fraction > 0`` both learning rates stay constant, then decay linearly to 0 over
     the last ``decay_fraction`` of ``total_steps`` generator iterations (the critic's schedule
     counts its ``n_critic`` steps per iteration); ``total_steps`` is only used for that.
+    ``second_order="auto"`` must be resolved (``fastgp.train.penalty_tuning``) before training.
     """
 
     batch_size: int = 64
@@ -113,10 +116,11 @@ class TrainConfig:
                 "seed",
                 f"seed must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {self.seed!r}",
             )
-        if self.second_order not in SECOND_ORDER:
+        if self.second_order not in CONFIG_SECOND_ORDER:
             raise ConfigError(
                 "second_order",
-                f"unknown second_order {self.second_order!r}; expected one of {SECOND_ORDER}",
+                f"unknown second_order {self.second_order!r}; expected one of "
+                f"{CONFIG_SECOND_ORDER}",
             )
         if not (isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1):
             raise ConfigError(
@@ -233,6 +237,7 @@ def index_sampler(data) -> Callable:
 
 
 __all__ = [
+    "CONFIG_SECOND_ORDER",
     "INT32_MAX",
     "PRECISIONS",
     "SEED_RANGE",

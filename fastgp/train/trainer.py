@@ -142,6 +142,12 @@ class Trainer:
         mesh=None,
         fused: bool | None = None,
     ):
+        if config.second_order == "auto":
+            raise ValueError(
+                "second_order='auto' is resolved before training: "
+                "fastgp.train.penalty_tuning.choose_second_order(config, problem, local_batch) "
+                "returns the config with the faster exact second order"
+            )
         mesh = make_mesh() if mesh is None else mesh
         if tuple(mesh.axis_names) != (AXIS,):
             raise ValueError(
