@@ -1,6 +1,6 @@
 """Benchmark workloads shared by the pytest-benchmark suites and the TPU compile script.
 
-    CRITICS[name], TPU_CRITICS[name] -> CriticSpec (model, batch, per-sample shape, dtype)
+    CRITICS[name], TPU_CRITICS[name] -> CriticSpec (model, batch, per-sample shape, dtype, kind)
     critic_step(spec, variant)       -> step(params, opt_state, real, fake, key)
                                         -> (params, opt, loss)
     lazy_steps(spec, every, n)       -> n critic steps from Python, a penalty each ``every`` steps
@@ -167,6 +167,7 @@ class CriticSpec(NamedTuple):
     batch: int
     shape: tuple  # per-sample input shape
     dtype: object = jnp.float32  # inputs and computation; parameters stay float32
+    kind: str = "wgan-gp"  # the penalty: "wgan-gp"/"wgan-lp" at interpolates, "r1" at the reals
 
 
 CRITICS = {
@@ -190,22 +191,23 @@ def optimizer():
     return optax.adam(1e-4, b1=0.0, b2=0.9)
 
 
-def _penalty(variant, critic, x_hat, weight, axis_name=None):
+def _penalty(variant, critic, x_hat, weight, axis_name=None, kind="wgan-gp"):
     if variant in ("naive", "naive-remat"):
         if variant == "naive-remat":
             critic = penalty.remat_critic(critic, "nothing")
-        value = reference.naive_gradient_penalty(critic, x_hat, weight=weight)
+        value = reference.naive_gradient_penalty(critic, x_hat, kind=kind, weight=weight)
         # equal shards: the mean of per-shard means is the global mean
         return value if axis_name is None else lax.pmean(value, axis_name)
     return penalty.gradient_penalty(
-        critic, x_hat, weight=weight, axis_name=axis_name, **OPTIONS[variant]
+        critic, x_hat, kind=kind, weight=weight, axis_name=axis_name, **OPTIONS[variant]
     )
 
 
 def critic_loss(
     spec, variant, params, real, fake, key, weight=GP_WEIGHT, apply_gp=True, axis_name=None
 ):
-    """mean D(fake) - mean D(real), plus the penalty at interpolates unless the variant is plain."""
+    """mean D(fake) - mean D(real), plus the penalty unless the variant is plain: ``spec.kind``
+    at interpolates of real and fake, or for ``kind == "r1"`` at the reals (no interpolation)."""
     critic = functools.partial(spec.model.apply, params, dtype=spec.dtype)
 
     def mean(v):
@@ -218,8 +220,9 @@ def critic_loss(
     loss = mean(critic(fake)) - mean(critic(real))
     if variant == "plain" or not apply_gp:
         return loss
-    x_hat = penalty.interpolate(key, real, fake, axis_name=axis_name)
-    return loss + _penalty(variant, critic, x_hat, weight, axis_name)
+    r1 = spec.kind == "r1"
+    x_hat = real if r1 else penalty.interpolate(key, real, fake, axis_name=axis_name)
+    return loss + _penalty(variant, critic, x_hat, weight, axis_name, spec.kind)
 
 
 def critic_step(spec, variant, *, axis_name=None):
