@@ -16,6 +16,11 @@ the first log point (compilation plus 100 steps), the steady steps/s after it (m
 the CPU seconds of the whole command (user + sys; less sensitive to the neighbours' load than
 wall time), and the final quality (modes, % high quality). ``meets``: every mode, >= 90 % high
 quality and train_s <= 120 s.
+
+Whole runs minutes apart meet different loads, so the script then times the two paths in ONE
+process, chunk against chunk (``--rounds``): both trainers of a dataset's recipe, the first
+chunk (compilation plus 100 steps) of each, then 100-iteration chunks of the two alternating,
+wall and CPU time per chunk with the load; medians and the median of the paired ratios.
 """
 
 import argparse
@@ -88,6 +93,69 @@ def train_once(dataset: str, mode: str) -> dict:
     }
 
 
+def chunk_costs(dataset: str, rounds: int, chunk: int = 100, flip: bool = False) -> dict:
+    """Both paths of ``dataset``'s recipe in this process, ``chunk`` iterations at a time
+    (``flip``: the unfused path's first chunk second, so compilation order alternates)."""
+    import jax
+
+    from fastgp.train.recipes import build_problem, default_config
+    from fastgp.train.trainer import Trainer, make_mesh
+
+    config = default_config(dataset, backend="xla")
+    problem = build_problem(dataset, config)
+    models = problem.generator, problem.critic, problem.sample_real
+    mesh = make_mesh(jax.devices()[:1])
+    trainers = {mode: Trainer(config, *models, mesh=mesh, fused=mode == "auto") for mode in MODES}
+    auto = Trainer(config, *models, mesh=mesh).fused
+    states = {mode: trainer.init() for mode, trainer in trainers.items()}
+    first: dict = {}
+    per_chunk: dict = {mode: [] for mode in MODES}
+
+    def timed(mode):
+        load, cpu, start = _load(), time.process_time(), time.perf_counter()
+        states[mode], metrics = trainers[mode].run(states[mode], chunk)
+        jax.block_until_ready((states[mode], metrics))
+        wall = time.perf_counter() - start
+        return {"wall_s": wall, "cpu_s": time.process_time() - cpu, "load": load}
+
+    for mode in list(MODES)[::-1] if flip else list(MODES):
+        first[mode] = timed(mode)
+    for i in range(rounds):
+        for mode in list(MODES) if i % 2 == 0 else list(MODES)[::-1]:
+            per_chunk[mode].append(timed(mode))
+    ratio = statistics.median(
+        a["wall_s"] / b["wall_s"] for a, b in zip(per_chunk["auto"], per_chunk["off"], strict=True)
+    )
+    ratio_cpu = statistics.median(
+        a["cpu_s"] / b["cpu_s"] for a, b in zip(per_chunk["auto"], per_chunk["off"], strict=True)
+    )
+    summary = {
+        mode: {
+            "first_chunk_s": round(first[mode]["wall_s"], 2),
+            "first_chunk_cpu_s": round(first[mode]["cpu_s"], 2),
+            "wall_ms_per_step": round(
+                1e3 * statistics.median(c["wall_s"] for c in chunks) / chunk, 2
+            ),
+            "cpu_ms_per_step": round(
+                1e3 * statistics.median(c["cpu_s"] for c in chunks) / chunk, 2
+            ),
+            "load_median": round(statistics.median(c["load"] for c in chunks), 2),
+        }
+        for mode, chunks in per_chunk.items()
+    }
+    return {
+        "dataset": dataset,
+        "auto_fused": auto,
+        "chunk": chunk,
+        "rounds": rounds,
+        "modes": summary,
+        "wall_ratio_auto_over_off": round(ratio, 3),
+        "cpu_ratio_auto_over_off": round(ratio_cpu, 3),
+        "chunks": per_chunk,
+        "first": first,
+    }
+
+
 def _git_commit() -> str:
     try:
         return subprocess.run(
@@ -101,8 +169,9 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def report(runs: list, args, meta: dict) -> str:
-    """The markdown page: every run in the order run, then the medians per dataset and mode."""
+def report(runs: list, args, meta: dict, chunks=()) -> str:
+    """The markdown page: every run in the order run, the medians per dataset and mode, then the
+    in-process chunk comparison."""
     lines = [
         "# Training time of the default runs: unfused against the default choice",
         "",
@@ -154,6 +223,34 @@ def report(runs: list, args, meta: dict) -> str:
                 f"| {med('steps_per_s'):.1f} | {med('steady_steps_per_s'):.1f} "
                 f"| {med('cpu_s'):.1f} | {med('high_quality'):.2f} % | {med('load_before'):.2f} |"
             )
+    if chunks:
+        lines += [
+            "",
+            (
+                f"The same paths in one process, {chunks[0]['chunk']}-step chunks alternating "
+                f"({chunks[0]['rounds']} rounds per mode after each one's first chunk; medians):"
+            ),
+            "",
+            (
+                "| dataset | mode | fused | first chunk (compile + 100 steps) | wall ms/step "
+                "| CPU ms/step | load |"
+            ),
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in chunks:
+            for mode, label in MODES.items():
+                m = c["modes"][mode]
+                fused = mode == "auto" and c["auto_fused"]
+                lines.append(
+                    f"| {c['dataset']} | {label} | {fused} | {m['first_chunk_s']:.1f} s "
+                    f"(CPU {m['first_chunk_cpu_s']:.1f} s) | {m['wall_ms_per_step']:.2f} "
+                    f"| {m['cpu_ms_per_step']:.2f} | {m['load_median']:.2f} |"
+                )
+        lines += [""] + [
+            f"{c['dataset']}: auto / off per paired chunk, median: wall "
+            f"{c['wall_ratio_auto_over_off']:.3f}, CPU {c['cpu_ratio_auto_over_off']:.3f}."
+            for c in chunks
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -161,11 +258,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--datasets", nargs="+", default=["8gaussians", "25gaussians"])
+    parser.add_argument("--rounds", type=int, default=20, help="chunks per mode in one process")
     parser.add_argument("--results", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     command = "python benchmarks/train_time.py" + (
         f" --repeats {args.repeats}" if args.repeats != 2 else ""
     )
+    if args.rounds != 20:
+        command += f" --rounds {args.rounds}"
     if args.datasets != ["8gaussians", "25gaussians"]:
         command += " --datasets " + " ".join(args.datasets)
     meta = {
@@ -175,19 +276,29 @@ def main(argv=None) -> int:
         "commit": _git_commit(),
     }
     runs: list = []
+    chunks: list = []
     args.results.mkdir(parents=True, exist_ok=True)
+
+    def write():
+        # After every measurement: an interrupted benchmark keeps what it measured.
+        (args.results / "train_time.json").write_text(
+            json.dumps({**meta, "runs": runs, "chunks": chunks}, indent=1) + "\n"
+        )
+        (args.results / "train_time.md").write_text(report(runs, args, meta, chunks))
+
     for repeat in range(args.repeats):
         for dataset in args.datasets:
             modes = list(MODES) if repeat % 2 == 0 else list(MODES)[::-1]
             for mode in modes:
                 runs.append(train_once(dataset, mode))
                 print(json.dumps(runs[-1]), flush=True)
-                # Written after every run: an interrupted benchmark keeps what it measured.
-                (args.results / "train_time.json").write_text(
-                    json.dumps({**meta, "runs": runs}, indent=1) + "\n"
-                )
-                (args.results / "train_time.md").write_text(report(runs, args, meta))
-    print(report(runs, args, meta))
+                write()
+    if args.rounds:
+        for i, dataset in enumerate(args.datasets):
+            chunks.append(chunk_costs(dataset, args.rounds, flip=i % 2 == 1))
+            print(json.dumps({k: v for k, v in chunks[-1].items() if k != "chunks"}), flush=True)
+            write()
+    print(report(runs, args, meta, chunks))
     return 0
 
 
