@@ -6,7 +6,7 @@ LINT_PATHS := fastgp kernels benchmarks tests
 # mypy checks the installed layout (kernels/ as fastgp/kernels) through a tree of links here.
 TYPECHECK := build/typecheck
 
-.PHONY: test check lint train bench tpu-compile clean
+.PHONY: test check lint train bench tpu-compile tpu-capacity clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,14 @@ bench: $(STAMP)
 		--benchmark-json benchmarks/results/bench.json
 	JAX_PLATFORMS=cpu $(PY) benchmarks/report.py
 
+# Compiles for TPU chips from this host: minutes per program. Both keep what they compiled in
+# benchmarks/results/zoo_tpu.json and reuse it; delete that file to measure again.
 tpu-compile: $(STAMP)
 	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/tpu_compile.py
+	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/zoo_tpu.py programs
+
+tpu-capacity: $(STAMP)
+	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/zoo_tpu.py capacity
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks .ruff_cache $(TYPECHECK)

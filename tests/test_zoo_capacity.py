@@ -1,0 +1,64 @@
+"""benchmarks/zoo_tpu.py's capacity search: the largest fitting batch, pinned to its resolution.
+
+The compiler is replaced by a model chip (a batch fits when its peak memory is within HBM), so
+the search itself is checked: wherever the limit lies, whatever the prediction's error."""
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+import zoo_tpu  # noqa: E402
+
+from fastgp import compiled  # noqa: E402
+
+HBM = compiled.CHIPS["v5e"].hbm_bytes
+
+
+def model_chip(monkeypatch, limit, fixed, curve=0.0):
+    """A chip on which batches up to ``limit`` fit; peak memory ``fixed + b * batch`` bends by
+    ``curve`` (relative) so that the affine prediction from two small batches is off."""
+    per_sample = (HBM - fixed) / limit
+
+    def compile_step(cache, generation, spec, variant, batch):
+        found = cache.get(generation, spec.name, variant, batch)
+        if found is not None:
+            return found
+        peak = fixed + per_sample * batch * (1 + curve * batch / limit)
+        record = dict(
+            generation=generation,
+            critic=spec.name,
+            variant=variant,
+            batch=batch,
+            fits=batch <= limit,
+            peak=int(peak),
+        )
+        cache.add(record)
+        return record
+
+    monkeypatch.setattr(zoo_tpu, "compile_step", compile_step)
+
+
+@pytest.mark.parametrize(
+    ("limit", "fixed", "curve"),
+    [
+        (1000, 2**30, 0.0),  # the prediction is right
+        (1000, 2**30, 0.3),  # it overshoots: memory grows faster than affine
+        (1000, 2**30, -0.3),  # it undershoots
+        (40, 2**33, 0.0),  # twice the zoo batch does not fit
+        (20, 2**33, 0.0),  # the zoo batch itself does not fit
+        (123_457, 2**28, 0.1),
+    ],
+)
+def test_the_search_brackets_the_limit_within_its_resolution(
+    monkeypatch, tmp_path, limit, fixed, curve
+):
+    model_chip(monkeypatch, limit, fixed, curve)
+    spec = zoo_tpu.zoo.ZOO_TPU["dcgan32"]._replace(batch=32)
+    cache = zoo_tpu.Cache(tmp_path / "compiles.json")
+    lo, hi, probes = zoo_tpu.largest_batch(cache, "v5e", spec, "naive", resolution=0.02)
+    assert lo <= limit < hi  # lo fits, hi does not
+    assert hi - lo <= max(zoo_tpu.MULTIPLE, 0.02 * lo)
+    assert lo % zoo_tpu.MULTIPLE == 0 and hi % zoo_tpu.MULTIPLE == 0
+    assert len(probes) <= 16
