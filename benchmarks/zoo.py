@@ -295,10 +295,12 @@ SUMMARY = {
     "mlp": "dense 3072-512-512-512-1, ReLU",
 }
 
-# CPU batches: the plain critic step (no penalty) takes about 0.1-0.3 s on the 2-core benchmark
-# machine, so that six interleaved paths (the naive step runs 2-5x the plain one) fit a few
-# seconds per round and the whole zoo benchmark a few minutes. The conv critics' convolutions
-# are XLA:CPU's Eigen kernels; resnet32 is the heaviest per sample (0.5 GFLOP forward).
+# CPU batches: sized so that the plain critic step (no penalty) takes at most about 0.1-0.3 s on
+# the 2-core benchmark machine, so that the six interleaved paths of a round (the naive step runs
+# up to ~10x the plain one) take a few seconds and the zoo benchmark's rounds fit in minutes next
+# to its compiles. Work per sample sets them: a plain step is ~3 GFLOP per sample for resnet32
+# and ~5 for stylegan2-64 (batch 2), ~0.7 for vit32 (8), ~0.15 for dcgan32 and lnconv32 (16),
+# ~0.02 for the MLP (256). benchmarks/results/zoo_cpu.md has the measured times.
 CPU_BATCH = {
     "resnet32": 2,
     "dcgan32": 16,

@@ -1,11 +1,12 @@
 """What the zoo's critic steps compile to on CPU: convolutions by kind, dots, transposes, copies,
 XLA's flops and bytes, for each variant of the penalty.
 
-    python benchmarks/zoo_programs.py [critic ...]   -> benchmarks/results/zoo_programs.{json,md}
+    python benchmarks/zoo_programs.py [critic ...]   -> the tables of zoo_cpu.md's programs
 
 ``figures(compiled, batch)`` reads one compiled program (``jax.jit(step).lower(...).compile()``);
 ``benchmarks/test_bench_zoo.py`` records it for every program it times, and ``report.py`` renders
-both in ``benchmarks/results/zoo_cpu.md``. This script compiles without timing.
+both in ``benchmarks/results/zoo_cpu.md``. Run as a script, it compiles (no timing) and prints
+the same tables.
 
 Counted over every computation of the optimised HLO, fused ones included (XLA:CPU keeps each
 convolution and dot as an op of its own, some inside a fusion with their elementwise epilogue):
@@ -46,7 +47,6 @@ import time
 import jax
 
 HERE = pathlib.Path(__file__).parent
-RESULTS = HERE / "results"
 VARIANTS = ("plain", "naive", "fastgp", "fastgp-reverse", "fastgp-remat", "fastgp-dots")
 
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) \((.*)\) -> .*\{\s*$")
@@ -191,29 +191,21 @@ def compile_step(spec, variant):
 
 
 def main(argv=None):
-    import json
-
+    """Compile each named zoo critic's steps (all of ``ZOO_CPU`` by default), print the tables."""
     sys.path.insert(0, str(HERE))
     import report
     import zoo
 
     argv = sys.argv[1:] if argv is None else argv
-    names = argv or list(zoo.ZOO_CPU)
-    data = {}
-    for name in names:
+    programs = {}
+    for name in argv or list(zoo.ZOO_CPU):
         spec = zoo.ZOO_CPU[name]
-        data[name] = {"batch": spec.batch, "programs": {}}
+        programs[name] = {}
         for variant in VARIANTS:
             start = time.perf_counter()
-            data[name]["programs"][variant] = figures(compile_step(spec, variant), spec.batch)
+            programs[name][variant] = figures(compile_step(spec, variant), spec.batch)
             print(f"{name} {variant}: compiled in {time.perf_counter() - start:.1f} s", flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "zoo_programs.json").write_text(json.dumps(data, indent=1))
-    text = "\n".join(
-        ["# Zoo critic steps compiled for CPU (no timing)", "", *report.render_zoo_programs(data)]
-    )
-    (RESULTS / "zoo_programs.md").write_text(text)
-    print(text)
+    print("\n".join(report.render_zoo_programs(programs)))
 
 
 if __name__ == "__main__":
