@@ -12,9 +12,7 @@ from fastgp.train.state import ConfigError
 from fastgp.train.trainer import Trainer
 
 
-@pytest.mark.parametrize(
-    ("dataset", "precision"), [("digits", "f32"), ("8gaussians", "bf16")]
-)
+@pytest.mark.parametrize(("dataset", "precision"), [("digits", "f32"), ("8gaussians", "bf16")])
 def test_auto_becomes_the_faster_exact_second_order(dataset, precision):
     config = default_config(dataset, second_order="auto", precision=precision)
     problem = build_problem(dataset, config)

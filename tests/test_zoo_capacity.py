@@ -9,9 +9,8 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import zoo_tpu  # noqa: E402
-
-from fastgp import compiled  # noqa: E402
+import zoo_tpu
+from fastgp import compiled
 
 HBM = compiled.CHIPS["v5e"].hbm_bytes
 
