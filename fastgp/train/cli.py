@@ -43,7 +43,8 @@ TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
 summary.json and orbax checkpoints to --out. Defaults are the dataset's tuned recipe
 (fastgp.train.recipes): on 8gaussians (the default) and 25gaussians it captures every mode with
-about 90% high-quality samples in 2-4 minutes on 2 CPU cores. Nothing is downloaded. With
+about 90% high-quality samples in 1-3 minutes of training on 2 shared CPU cores
+(benchmarks/results/train_time.md). Nothing is downloaded. With
 --processes on CPU the processes talk over local TCP (gloo): a functional rehearsal of multi-host
 training, much slower than one process.
 SIGTERM or Ctrl-C stops at the next log point with a checkpoint and the outputs (exit 128 + the
@@ -313,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the generator iterations run: on = one compiled lax.scan per chunk, off = one "
         "compiled iteration per dispatch with its critic steps written out; auto (the "
         "default): on, except on CPU for networks with convolutions (digits), which XLA:CPU "
-        "runs several times slower inside a loop. The same steps either way",
+        "runs several times slower inside a loop. The same steps and random numbers either way, "
+        "equal up to float rounding",
     )
     train.add_argument("--no-progress", action="store_true", help="no live progress bar")
 

@@ -101,7 +101,8 @@ class RunOptions:
     devices: int | None = None  # mesh size (default: every visible device)
     # Trainer.run as one fused scan (True) or an iteration per dispatch (False); None: the
     # trainer's choice by platform and networks (``fastgp.train.trainer.default_fused``).
-    # The same steps either way, so a resumed run may choose differently.
+    # The same steps and random numbers either way, equal up to float rounding: not checkpointed,
+    # a resumed run may choose differently (bitwise equal to an uninterrupted run with the same).
     fused: bool | None = None
 
 
