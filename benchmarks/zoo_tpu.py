@@ -61,7 +61,8 @@ class Cache:
 
     def __init__(self, *paths):
         self.path = paths[0]
-        self.records = [r for p in paths if p.exists() for r in json.loads(p.read_text())]
+        unique = dict.fromkeys(pathlib.Path(p).resolve() for p in paths)
+        self.records = [r for p in unique if p.exists() for r in json.loads(p.read_text())]
         self.own = json.loads(self.path.read_text()) if self.path.exists() else []
 
     def get(self, generation, critic, variant, batch):
@@ -146,14 +147,19 @@ def render_programs(records):
 def at_zoo_batch(records):
     """The records of the zoo's own batches, in generation, critic and variant order."""
     order = {name: i for i, name in enumerate((*cf.TOPOLOGIES, *zoo.ZOO_TPU, *PROGRAM_VARIANTS))}
-    chosen = [r for r in records if r["fits"] and r["batch"] == zoo.ZOO_TPU[r["critic"]].batch]
+    keyed = {}
+    for r in records:
+        key = (r["generation"], r["critic"], r["variant"])
+        if r["fits"] and r["batch"] == zoo.ZOO_TPU[r["critic"]].batch:
+            keyed.setdefault(key, r)
+    chosen = list(keyed.values())
     return sorted(
         chosen, key=lambda r: (order[r["generation"]], order[r["critic"]], order[r["variant"]])
     )
 
 
 def programs(args):
-    cache = Cache(PROGRAMS, SEARCHES)
+    cache = Cache(args.cache, PROGRAMS, SEARCHES)
     for generation in args.generations:
         for name in args.critics:
             spec = zoo.ZOO_TPU[name]
@@ -288,6 +294,9 @@ def main(argv=None):
     p.add_argument("--generations", type=listed, default=["v5e", "v6e"])
     p.add_argument("--critics", type=listed, default=list(zoo.ZOO_TPU))
     p.add_argument("--variants", type=listed, default=list(PROGRAM_VARIANTS))
+    p.add_argument(
+        "--cache", type=pathlib.Path, default=PROGRAMS, help="where new compiles are written"
+    )
     c = sub.add_parser("capacity")
     c.add_argument("--generation", default="v5e", choices=tuple(cf.CHIPS))
     c.add_argument("--critics", type=listed, default=list(zoo.ZOO_TPU))
