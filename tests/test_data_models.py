@@ -212,3 +212,27 @@ def test_conv_critic_bf16_and_penalty_gradients_are_finite():
     assert float(jnp.linalg.norm(bf16 - f32) / jnp.linalg.norm(f32)) < 0.03
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
     assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
+
+
+def test_conv_generator_outputs_and_bf16():
+    """Clipped (default) and tanh outputs stay in [-1, 1]; clipping reaches the data's exact -1
+    background; bfloat16 is close to float32; an unknown output is refused by name."""
+    with pytest.raises(ValueError, match="sigmoid"):
+        conv_generator(8, 4, output="sigmoid")
+
+    @jax.jit
+    def outputs(key):
+        k1, k2 = jax.random.split(key)
+        z = jax.random.normal(k2, (64, 16))
+        result = {}
+        for output in ("clip", "tanh"):
+            gen = conv_generator(16, 8, output=output)
+            p = gen.init(k1)
+            result[output] = (gen.apply(p, z), gen.apply(p, z, dtype=jnp.bfloat16))
+        return result
+
+    for output, (f32, bf16) in outputs(jax.random.key(0)).items():
+        assert f32.shape == bf16.shape == (64, 8, 8, 1) and bf16.dtype == jnp.float32
+        assert float(jnp.abs(f32).max()) <= 1.0 and float(jnp.abs(bf16).max()) <= 1.0
+        assert float(jnp.linalg.norm(bf16 - f32) / jnp.linalg.norm(f32)) < 0.05, output
+        assert bool(jnp.any(f32 == -1.0)) is (output == "clip")

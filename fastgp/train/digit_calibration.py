@@ -9,7 +9,7 @@ Every row is built from the metric's first half (the digits a run trains on; the
 stays the untouched reference) and scored by ``DigitQuality(seed)``:
 
     real              the first half: the floor of every figure
-    real + noise s    + N(0, s^2) per pixel, clipped to [-1, 1] (a tanh generator's range); one
+    real + noise s    + N(0, s^2) per pixel, clipped to [-1, 1] (the generator's range); one
                       standard-normal draw (seed) scaled by each s in NOISE_SIGMAS
     real blurred      3x3 box blur, background (-1) beyond the border
     real, one class   the first half's 3s, drawn with replacement to 898

@@ -2,7 +2,8 @@
 
     mlp(sizes, activation)                -> Model  (B, sizes[0]) -> (B, sizes[-1]), (B,) if 1
     conv_critic(channels, activation)     -> Model  (B, 8, 8, 1) -> (B,)
-    conv_generator(latent_dim, channels)  -> Model  (B, latent_dim) -> (B, 8, 8, 1) in [-1, 1]
+    conv_generator(latent_dim, channels, activation, output)
+                                          -> Model  (B, latent_dim) -> (B, 8, 8, 1) in [-1, 1]
 
 Every ``apply(params, x, dtype=jnp.float32)`` computes in ``dtype`` (params and inputs are cast,
 so bfloat16 works) and returns float32. No batch norm anywhere: each output sample depends only on
@@ -94,16 +95,28 @@ def _conv_init(key, c_out, c_in, k=3):
     return {"w": w, "b": jnp.zeros((c_out,), jnp.float32)}
 
 
+def _conv(h, w, stride=1):
+    """SAME convolution of NHWC ``h`` with an HWIO kernel."""
+    return jax.lax.conv_general_dilated(h, w, (stride, stride), "SAME", dimension_numbers=_DN)
+
+
+def _upsample(h):
+    """Nearest-neighbour 2x upsampling of NHWC ``h`` (every pixel repeated 2x2)."""
+    return jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
+
+
 def conv_critic(channels: int = 64, activation: str = "leaky_relu") -> Model:
-    """DCGAN-style critic for (B, 8, 8, 1): two stride-2 3x3 convs (8->4->2), each followed by
-    ``activation`` (LeakyReLU 0.2 by default), then a dense layer -> (B,)."""
+    """Conv critic for (B, 8, 8, 1): a stride-1 3x3 conv at 8x8 (``channels``), two stride-2 3x3
+    convs (8->4->2; ``channels``, then twice that), each followed by ``activation`` (LeakyReLU 0.2
+    by default), then a dense layer -> (B,)."""
     c1, c2 = channels, 2 * channels
     act = _activation(activation)
 
     def init(key):
-        k1, k2, k3 = jax.random.split(key, 3)
+        k0, k1, k2, k3 = jax.random.split(key, 4)
         return {
-            "conv1": _conv_init(k1, c1, 1),
+            "conv0": _conv_init(k0, c1, 1),
+            "conv1": _conv_init(k1, c1, c1),
             "conv2": _conv_init(k2, c2, c1),
             "out": _dense_init(k3, c2 * 2 * 2, 1, he=False),
         }
@@ -111,39 +124,51 @@ def conv_critic(channels: int = 64, activation: str = "leaky_relu") -> Model:
     def apply(params, x, dtype=jnp.float32):
         p = _cast(params, dtype)
         h = x.astype(dtype)
-        for name in ("conv1", "conv2"):
-            h = jax.lax.conv_general_dilated(h, p[name]["w"], (2, 2), "SAME", dimension_numbers=_DN)
-            h = act(h + p[name]["b"])
+        for name, stride in (("conv0", 1), ("conv1", 2), ("conv2", 2)):
+            h = act(_conv(h, p[name]["w"], stride) + p[name]["b"])
         h = h.reshape(h.shape[0], -1)
         return (h @ p["out"]["w"] + p["out"]["b"])[:, 0].astype(jnp.float32)
 
     return Model(init, apply)
 
 
-def conv_generator(latent_dim: int = 32, channels: int = 64, activation: str = "relu") -> Model:
-    """DCGAN-style generator: z (B, latent_dim) -> dense (2x2) -> ``activation`` -> two stride-2
-    transposed convs (2->4->8), ``activation`` between them -> tanh, output (B, 8, 8, 1)."""
+OUTPUTS = {"clip": lambda x: jnp.clip(x, -1.0, 1.0), "tanh": jnp.tanh}
+
+
+def conv_generator(
+    latent_dim: int = 32, channels: int = 64, activation: str = "relu", output: str = "clip"
+) -> Model:
+    """Conv generator: z (B, latent_dim) -> dense (2x2, 2 * ``channels``) -> ``activation`` ->
+    twice nearest-neighbour 2x upsampling and a 3x3 conv (``channels``) -> ``activation``
+    (2->4->8) -> a stride-1 3x3 conv to one channel -> ``output`` (``OUTPUTS``: "clip" to
+    [-1, 1], the default, or "tanh"), (B, 8, 8, 1).
+
+    Upsampling by repetition, not transposed convolutions, and a last stride-1 conv: every
+    output pixel sees the same 3x3 neighbourhood, so no stride pattern shows in the samples.
+    Clipping reaches the data's exact -1 background, which tanh only approaches."""
+    if output not in OUTPUTS:
+        raise ValueError(f"unknown output {output!r}; valid: {', '.join(OUTPUTS)}")
     c1, c2 = 2 * channels, channels
-    act = _activation(activation)
+    act, out = _activation(activation), OUTPUTS[output]
 
     def init(key):
-        k1, k2, k3 = jax.random.split(key, 3)
+        k0, k1, k2, k3 = jax.random.split(key, 4)
         return {
-            "proj": _dense_init(k1, latent_dim, c1 * 2 * 2, he=True),
-            "up1": _conv_init(k2, c2, c1),
-            "up2": _conv_init(k3, 1, c2),
+            "proj": _dense_init(k0, latent_dim, c1 * 2 * 2, he=True),
+            "conv1": _conv_init(k1, c2, c1),
+            "conv2": _conv_init(k2, c2, c2),
+            "out": _conv_init(k3, 1, c2),
         }
 
     def apply(params, z, dtype=jnp.float32):
         p = _cast(params, dtype)
         h = act(z.astype(dtype) @ p["proj"]["w"] + p["proj"]["b"])
         h = h.reshape(h.shape[0], 2, 2, c1)
-        h = jax.lax.conv_transpose(h, p["up1"]["w"], (2, 2), "SAME", dimension_numbers=_DN)
-        h = act(h + p["up1"]["b"])
-        h = jax.lax.conv_transpose(h, p["up2"]["w"], (2, 2), "SAME", dimension_numbers=_DN)
-        return jnp.tanh(h + p["up2"]["b"]).astype(jnp.float32)
+        for name in ("conv1", "conv2"):
+            h = act(_conv(_upsample(h), p[name]["w"]) + p[name]["b"])
+        return out(_conv(h, p["out"]["w"]) + p["out"]["b"]).astype(jnp.float32)
 
     return Model(init, apply)
 
 
-__all__ = ["ACTIVATIONS", "Model", "conv_critic", "conv_generator", "mlp"]
+__all__ = ["ACTIVATIONS", "Model", "OUTPUTS", "conv_critic", "conv_generator", "mlp"]

@@ -28,11 +28,12 @@ with I or n_critic. Unfused: ``run`` calls ``iteration``, ONE generator iteratio
 its critic steps written out (no loop in the program), I times. The default is fused, except on
 CPU for networks with a primitive of :data:`LOOP_SLOW_ON_CPU` (convolutions): XLA:CPU lays out
 the weight-gradient convolutions inside a loop body for a slow path (the digits conv pair:
-3.5-4x slower per iteration in the scan than written out), and a dispatch per iteration costs
-little there. The MLP pairs run fused on CPU too: their scan compiles faster and costs less CPU
-time per iteration than the written-out iteration (``benchmarks/train_time.py``). Written out, a
-``gp_every`` that divides ``n_critic`` decides the lazy penalty of each critic step at trace time
-(no ``lax.cond``). ``run.lower`` lowers the fused program either way.
+about 20x slower per iteration in the scan than written out, the pair before it 3.5-4x), and a
+dispatch per iteration costs little there. The MLP pairs run fused on CPU too: their scan
+compiles faster and costs less CPU time per iteration than the written-out iteration
+(``benchmarks/train_time.py``). Written out, a ``gp_every`` that divides ``n_critic`` decides the
+lazy penalty of each critic step at trace time (no ``lax.cond``). ``run.lower`` lowers the fused
+program either way.
 
 ``metrics`` from ``run`` (I = iterations, C = n_critic, N = devices; gathered from every core):
     critic_loss, penalty, wasserstein          (I, C, N) float32  global values, as seen by core n
