@@ -485,6 +485,44 @@ def test_lock_names_a_live_holder_and_is_free_after_it_dies(tmp_path):
     assert not (tmp_path / LOCK_NAME).exists()
 
 
+LOCK_THEN_RECORD_LATE = """
+import fcntl, json, os, socket, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("record_after_s", [0.5, 30.0])
+def test_lock_taken_but_not_yet_recorded(tmp_path, record_after_s):
+    """A run that arrives between the holder's flock and its record still names the holder,
+    and one whose holder never writes says so instead of hanging."""
+    from fastgp.train.runlock import DirectoryBusy, RunLock
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            LOCK_THEN_RECORD_LATE,
+            str(tmp_path / LOCK_NAME),
+            str(record_after_s),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        expected = f"\\(pid {holder.pid} on " if record_after_s < 1 else "did not say which"
+        with pytest.raises(DirectoryBusy, match=expected):
+            RunLock.acquire(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_lock_without_flock_uses_the_recorded_pid(tmp_path, monkeypatch):
     import errno
     import socket

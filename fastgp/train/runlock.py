@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 LOCK_NAME = ".fastgp.lock"
+RECORD_WAIT_S = 5.0
 
 
 class DirectoryBusy(RuntimeError):
@@ -44,6 +45,18 @@ def _read(path: Path) -> dict:
         return value if isinstance(value, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def _holder_record(path: Path, wait_s: float = RECORD_WAIT_S) -> dict:
+    """The record of the process holding ``path``'s flock.
+
+    The holder writes its record just after it takes the lock, so a second run that arrives
+    in between finds the file empty; it waits up to ``wait_s`` for the record to appear.
+    """
+    deadline = time.monotonic() + wait_s
+    while not (holder := _read(path)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return holder
 
 
 def _alive_here(holder: dict) -> bool:
@@ -77,7 +90,7 @@ class RunLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                raise DirectoryBusy(directory, _read(path)) from None
+                raise DirectoryBusy(directory, _holder_record(path)) from None
             except OSError as err:
                 if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                     os.close(fd)
