@@ -7,11 +7,13 @@ Seeds 0-4 (floor, sigma 0.025, 0.05, 0.1, 0.2): C2ST floors 0.490-0.520, sigma 0
 >= 0.043 up; Frechet floors 0.39-0.49, sigma 0.1 0.15-0.31 above them, sigma 0.2 2.7-3.4 times.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from fastgp.train.data import load_digits
-from fastgp.train.digit_calibration import calibration_table, markdown
+from fastgp.train.digit_calibration import MARKERS, calibration_table, markdown
 from fastgp.train.digit_quality import NOISE_CURVE, NOISE_SIGMAS, DigitQuality, noise_sigma
 
 NOISE_ROWS = ["real"] + [f"real + noise {s}" for s in NOISE_SIGMAS[1:-1]]  # up to sigma 0.2
@@ -71,6 +73,24 @@ def test_the_noise_curve_is_this_code_s(table):
     for name, sigma in zip(NOISE_ROWS[1:], NOISE_SIGMAS[1:], strict=False):
         assert abs(table[name]["c2st_sigma"] - sigma) < 0.005, name
         assert abs(table[name]["frechet_sigma"] - sigma) < 0.01, name
+
+
+def test_published_tables_are_the_noise_curve():
+    """README.md and docs/trainer.md show the same calibration table, whose noise rows are
+    ``NOISE_CURVE`` (checked against a fresh calibration above)."""
+    root = Path(__file__).resolve().parents[1]
+    start, end = MARKERS
+    tables = []
+    for page in ("README.md", "docs/trainer.md"):
+        text = (root / page).read_text(encoding="utf-8")
+        tables.append(text[text.index(start) + len(start) : text.index(end)].strip())
+    assert tables[0] == tables[1]
+    cells = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in tables[0].splitlines()}
+    for i, sigma in enumerate(NOISE_SIGMAS):
+        row = cells["real" if sigma == 0 else f"real + noise {sigma}"]
+        for key, column in (("c2st_accuracy", 1), ("frechet_distance", 5), ("confidence", 7)):
+            # The table shows 3 decimals, NOISE_CURVE keeps 4: both rounded from the same figure.
+            assert float(row[column]) == pytest.approx(NOISE_CURVE[key][i], abs=6e-4), (sigma, key)
 
 
 def test_noise_sigma_interpolates():

@@ -3,7 +3,7 @@
     calibration_table(seed=0)  -> [{"row": name, "sigma": noise sigma or None, **figures}]
     markdown(rows)             -> the rows as a markdown table
     noise_curve(rows)          -> the NOISE_CURVE of ``fastgp.train.digit_quality``
-    python -m fastgp.train.digit_calibration [--seed S] [--write docs/trainer.md]
+    python -m fastgp.train.digit_calibration [--seed S] [--write README.md docs/trainer.md]
 
 Every row is built from the metric's first half (the digits a run trains on; the held-out half
 stays the untouched reference) and scored by ``DigitQuality(seed)``:
@@ -108,14 +108,16 @@ def write_between_markers(path: str, table: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="split and noise seed (default 0)")
-    parser.add_argument("--write", metavar="PATH", help="replace the marked table in PATH")
+    parser.add_argument(
+        "--write", metavar="PATH", nargs="+", default=[], help="replace the marked table in each"
+    )
     args = parser.parse_args(argv)
     rows = calibration_table(args.seed)
     table = markdown(rows)
     print(table)
     print("NOISE_CURVE =", noise_curve(rows))
-    if args.write:
-        write_between_markers(args.write, table)
+    for path in args.write:
+        write_between_markers(path, table)
     return 0
 
 
