@@ -22,7 +22,6 @@ fit the chip's HBM is reported and not ranked. The Pallas backend is a candidate
 (TPU, GPU, or a named TPU generation, whose kernels are checked here in interpret mode).
 """
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -240,6 +239,11 @@ def _check(
     return VariantResult(variant, value_error, gradient_error, problem=problem)
 
 
+def _blocking_call(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """``fn(*args)`` as a no-argument call that waits for the device."""
+    return lambda: jax.block_until_ready(fn(*args))
+
+
 def _timed(
     critic_loss: CriticLoss,
     results: list[VariantResult],
@@ -251,7 +255,7 @@ def _timed(
     calls = {}
     for index, r in enumerate(results):
         fn = _value_and_grad(critic_loss, _penalty(r.variant, None, []))
-        calls[str(index)] = functools.partial(lambda f: jax.block_until_ready(f(params, *args)), fn)
+        calls[str(index)] = _blocking_call(fn, params, *args)
     samples = interleaved_times(calls, rounds=rounds, warmup=warmup)
     return [r._replace(seconds=float(np.median(samples[str(i)]))) for i, r in enumerate(results)]
 
