@@ -52,6 +52,7 @@ PROGRAM_VARIANTS = (
 )
 CAPACITY_VARIANTS = ("plain", "naive", "fastgp", "fastgp-remat", "fastgp-dots")
 MULTIPLE = 8  # batches probed are multiples of this
+FLAT = 1.1  # a peak below FLAT x the zoo batch's has not grown enough to predict from
 
 
 class Cache:
@@ -71,6 +72,15 @@ class Cache:
             if (r["generation"], r["critic"], r["variant"], r["batch"]) == key:
                 return r
         return None
+
+    def fitting_batches(self, generation, critic, variant):
+        """The batches of this critic step that compiled within HBM."""
+        key = (generation, critic, variant)
+        return [
+            r["batch"]
+            for r in self.records
+            if (r["generation"], r["critic"], r["variant"]) == key and r["fits"]
+        ]
 
     def add(self, record):
         self.records.append(record)
@@ -195,11 +205,24 @@ def largest_batch(cache, generation, spec, variant, resolution):
             break
     if hi is None:  # predict from peak memory, affine in the batch
         first = cache.get(generation, spec.name, variant, spec.batch)
-        second = cache.get(generation, spec.name, variant, 2 * spec.batch)
-        per_sample = max(1.0, (second["peak"] - first["peak"]) / spec.batch)
-        guess = _down(
-            int(spec.batch + (cf.CHIPS[generation].hbm_bytes - first["peak"]) / per_sample)
+        top = max(cache.fitting_batches(generation, spec.name, variant))
+        # At small batches the peak can be all fixed buffers; double until it grows.
+        while cache.get(generation, spec.name, variant, top)["peak"] < FLAT * first["peak"]:
+            if not fits(2 * top):
+                hi = 2 * top
+                break
+            lo = top = 2 * top
+    if hi is None:  # the steeper slope to the largest fit: from the zoo batch or the one below
+        fitting = sorted(cache.fitting_batches(generation, spec.name, variant))
+        below, top = fitting[-2:]
+        peak = {b: cache.get(generation, spec.name, variant, b)["peak"] for b in fitting}
+        per_sample = max(
+            1.0,
+            (peak[top] - peak[spec.batch]) / (top - spec.batch),
+            (peak[top] - peak[below]) / (top - below),
         )
+        guess = _down(int(top + (cf.CHIPS[generation].hbm_bytes - peak[top]) / per_sample))
+        lo = max(lo, top)
         if guess > lo:
             if fits(guess):
                 lo = guess
