@@ -73,13 +73,14 @@ class Cache:
                 return r
         return None
 
-    def fitting_batches(self, generation, critic, variant):
-        """The batches of this critic step that compiled within HBM."""
+    def fitting_batches(self, generation, critic, variant, fits=True):
+        """The batches of this critic step that compiled within HBM (with ``fits=False``, those
+        that did not)."""
         key = (generation, critic, variant)
         return [
             r["batch"]
             for r in self.records
-            if (r["generation"], r["critic"], r["variant"]) == key and r["fits"]
+            if (r["generation"], r["critic"], r["variant"]) == key and r["fits"] == fits
         ]
 
     def add(self, record):
@@ -270,16 +271,23 @@ def render_capacity(rows, generation, resolution):
         "one chip; it does not when the compiler fails with RESOURCE_EXHAUSTED. `fits` is the",
         "largest batch that compiled, `fails` the smallest that did not (the search stops within",
         f"{resolution:.0%}). `/ naive`: the fitting batch relative to the naive penalty's. `peak`:",
-        "at the zoo batch, the memory analysis' most HBM live at once. `make tpu-capacity`.",
+        "at the zoo batch, the memory analysis' most HBM live at once. `smaller that failed`:",
+        "batches below `fits` that did not compile (whether a batch fits is not monotonic in",
+        "the batch: the compiler's layouts and rematerialisation change with it). `make",
+        "tpu-capacity`.",
         "",
-        "| critic | variant | fits | fails | / naive | / plain | peak MiB (zoo batch) | compiles |",
-        "|---|---|---|---|---|---|---|---|",
+        (
+            "| critic | variant | fits | fails | / naive | / plain | peak MiB (zoo batch) "
+            "| smaller that failed | compiles |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['critic']} ({row['zoo_batch']}) | {row['variant']} | {row['fits']} "
             f"| {row['fails']} | {_relative(row, rows, 'naive')} | {_relative(row, rows, 'plain')} "
-            f"| {row['peak_mib']:.0f} | {row['compiles']} |"
+            f"| {row['peak_mib']:.0f} | {', '.join(map(str, row.get('failed_below', []))) or '-'} "
+            f"| {row['compiles']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -300,6 +308,11 @@ def capacity(args):
                     fits=lo,
                     fails=hi,
                     compiles=len(probes),
+                    failed_below=sorted(
+                        b
+                        for b in cache.fitting_batches(args.generation, name, variant, fits=False)
+                        if b < lo
+                    ),
                     peak_mib=zoo_record.get("peak", 0) / 2**20 if zoo_record["fits"] else 0,
                 )
             )
