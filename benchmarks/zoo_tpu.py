@@ -2,6 +2,7 @@
 
     python benchmarks/zoo_tpu.py programs [--generations v5e,v6e] [--critics ...] [--variants ...]
     python benchmarks/zoo_tpu.py capacity [--generation v5e] [--critics ...] [--variants ...]
+                                          [--cached]
 
 ``programs``: for each generation and ``zoo.ZOO_TPU`` critic (bfloat16, per-chip batch), one critic
 step (critic loss + penalty, value_and_grad wrt params, Adam) per variant of ``workloads``,
@@ -292,13 +293,32 @@ def render_capacity(rows, generation, resolution):
     return "\n".join(lines) + "\n"
 
 
+def bracket_from_cache(cache, generation, spec, variant):
+    """(largest batch that fitted, smallest above it that did not, the batches compiled) from
+    the compiles on record, compiling nothing; None if this step was never compiled."""
+    fitting = cache.fitting_batches(generation, spec.name, variant)
+    failing = cache.fitting_batches(generation, spec.name, variant, fits=False)
+    if not fitting:
+        return None
+    lo = max(fitting)
+    return lo, min((b for b in failing if b > lo), default=None), fitting + failing
+
+
 def capacity(args):
     cache = Cache(SEARCHES, PROGRAMS)
     rows = []
     for name in args.critics:
         spec = zoo.ZOO_TPU[name]
         for variant in args.variants:
-            lo, hi, probes = largest_batch(cache, args.generation, spec, variant, args.resolution)
+            if args.cached:
+                found = bracket_from_cache(cache, args.generation, spec, variant)
+                if found is None or found[1] is None:
+                    continue  # not searched, or no batch found that does not fit
+                lo, hi, probes = found
+            else:
+                lo, hi, probes = largest_batch(
+                    cache, args.generation, spec, variant, args.resolution
+                )
             zoo_record = cache.get(args.generation, name, variant, spec.batch)
             rows.append(
                 dict(
@@ -338,6 +358,11 @@ def main(argv=None):
     c.add_argument("--critics", type=listed, default=list(zoo.ZOO_TPU))
     c.add_argument("--variants", type=listed, default=list(CAPACITY_VARIANTS))
     c.add_argument("--resolution", type=float, default=0.05)
+    c.add_argument(
+        "--cached",
+        action="store_true",
+        help="tabulate the searches on record without compiling (steps not searched are left out)",
+    )
     args = parser.parse_args(argv)
     {"programs": programs, "capacity": capacity}[args.command](args)
 

@@ -63,3 +63,17 @@ def test_the_search_brackets_the_limit_within_its_resolution(
     assert hi - lo <= max(zoo_tpu.MULTIPLE, 0.02 * lo)
     assert lo % zoo_tpu.MULTIPLE == 0 and hi % zoo_tpu.MULTIPLE == 0
     assert len(probes) <= 16
+
+
+def test_the_bracket_on_record_is_the_search_s(monkeypatch, tmp_path):
+    """``capacity --cached`` tabulates what a finished search found, compiling nothing."""
+    model_chip(monkeypatch, 1000, 2**30, 0.3)
+    spec = zoo_tpu.zoo.ZOO_TPU["dcgan32"]._replace(batch=32)
+    cache = zoo_tpu.Cache(tmp_path / "compiles.json")
+    assert zoo_tpu.bracket_from_cache(cache, "v5e", spec, "naive") is None
+    lo, hi, probes = zoo_tpu.largest_batch(cache, "v5e", spec, "naive", resolution=0.02)
+    monkeypatch.setattr(zoo_tpu, "compile_step", None)  # any compile would fail
+    on_record = zoo_tpu.bracket_from_cache(
+        zoo_tpu.Cache(tmp_path / "compiles.json"), "v5e", spec, "naive"
+    )
+    assert on_record[:2] == (lo, hi) and sorted(on_record[2]) == sorted(set(probes))
