@@ -350,17 +350,22 @@ def _two_process_run(tmp_path, devices):
     return proc, err, next(pid for pid, index in pids.items() if index == 1), pids
 
 
-@pytest.mark.slow
-def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
-    proc, err, victim, pids = _two_process_run(tmp_path, devices=2)
-    os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
+def _signal_and_wait(proc, err, victim, signum):
+    """Send ``signum`` to ``victim``, wait up to 60 s for the run to end (then kill it; its
+    children get SIGKILL through PR_SET_PDEATHSIG, stopped or not): (exit code, seconds, stderr)."""
+    os.kill(victim, signum)
+    sent_at = time.monotonic()
     try:
         code = proc.wait(timeout=60)
     finally:
         proc.kill()
-    elapsed = time.monotonic() - killed_at
-    text = err.text()
+    return code, time.monotonic() - sent_at, err.text()
+
+
+@pytest.mark.slow
+def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
+    proc, err, victim, pids = _two_process_run(tmp_path, devices=2)
+    code, elapsed, text = _signal_and_wait(proc, err, victim, signal.SIGKILL)
     assert code != 0 and elapsed < 60
     assert f"process 1 of 2 (pid {victim}) was killed by SIGKILL" in text, text[-3000:]
     assert all(_gone(pid) for pid in pids)
@@ -371,14 +376,7 @@ def test_a_stopped_process_is_named_as_the_one_that_stopped_responding(tmp_path)
     """SIGSTOP (a hung host): the peer aborts when the heartbeat is lost; the stopped one is named
     and killed."""
     proc, err, victim, pids = _two_process_run(tmp_path, devices=1)
-    os.kill(victim, signal.SIGSTOP)
-    stopped_at = time.monotonic()
-    try:
-        code = proc.wait(timeout=60)
-    finally:
-        proc.kill()  # its children get SIGKILL (PR_SET_PDEATHSIG), stopped or not
-    elapsed = time.monotonic() - stopped_at
-    text = err.text()
+    code, elapsed, text = _signal_and_wait(proc, err, victim, signal.SIGSTOP)
     errors = [line for line in text.splitlines() if line.startswith("fastgp: error:")]
     assert code != 0 and elapsed < launcher.HEARTBEAT_S + launcher.GRACE_S + 10, (elapsed, text)
     assert len(errors) == 1, text[-3000:]
