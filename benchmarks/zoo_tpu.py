@@ -274,8 +274,9 @@ def render_capacity(rows, generation, resolution):
         f"{resolution:.0%}). `/ naive`: the fitting batch relative to the naive penalty's. `peak`:",
         "at the zoo batch, the memory analysis' most HBM live at once. `smaller that failed`:",
         "batches below `fits` that did not compile (whether a batch fits is not monotonic in",
-        "the batch: the compiler's layouts and rematerialisation change with it). `make",
-        "tpu-capacity`.",
+        "the batch: the compiler's layouts and rematerialisation change with it). `compiles`:",
+        "the batches the search compiled (with `--cached`, every one on record for the step,",
+        "earlier searches' included). `make tpu-capacity`.",
         "",
         (
             "| critic | variant | fits | fails | / naive | / plain | peak MiB (zoo batch) "
