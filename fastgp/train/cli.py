@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help="generator samples per evaluation (default 2500; digits use at "
-        "least the metric's 898; on --resume the run's)",
+        "least the metric's 8 sets of 898; on --resume the run's)",
     )
     train.add_argument(
         "--stop-at",

@@ -12,8 +12,14 @@ stays the untouched reference) and scored by ``DigitQuality(seed)``:
     real + noise s    + N(0, s^2) per pixel, clipped to [-1, 1] (the generator's range); one
                       standard-normal draw (seed) scaled by each s in NOISE_SIGMAS
     real blurred      3x3 box blur, background (-1) beyond the border
-    real, one class   the first half's 3s, drawn with replacement to 898
+    real, one class   the first half's 3s, drawn with replacement
     uniform noise     U(-1, 1) per pixel
+    real, resampled   the first half drawn with replacement: what a generator that has
+                      memorised its training digits exactly scores (i.i.d. draws repeat some
+                      digits and miss others, where the floor holds each digit once)
+
+Each row holds ``FRECHET_SETS`` sets of 898, independent draws of its damage, and is scored as a
+run's samples are (the C2ST on the first set, the Frechet distance averaged over the sets).
 """
 
 import argparse
@@ -22,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fastgp.train.digit_quality import NOISE_SIGMAS, PIXELS, DigitQuality
+from fastgp.train.digit_quality import FRECHET_SETS, NOISE_SIGMAS, PIXELS, DigitQuality
 
+RESAMPLED = "real, resampled (a copy of the training half)"
 MARKERS = ("<!-- digits-calibration -->", "<!-- /digits-calibration -->")
 # (column title, key of the metric's dict); LIKE heads the equivalent-noise columns
 LIKE = "\N{ALMOST EQUAL TO} \N{GREEK SMALL LETTER SIGMA}"
@@ -33,6 +40,7 @@ COLUMNS = (
     ("MLP", "c2st_mlp"),
     (LIKE, "c2st_sigma"),
     ("Fréchet", "frechet_distance"),
+    ("sd", "frechet_spread"),
     (LIKE, "frechet_sigma"),
     ("confidence", "confidence"),
     (LIKE, "confidence_sigma"),
@@ -42,22 +50,36 @@ COLUMNS = (
 
 
 def degraded(metric: DigitQuality, seed: int = 0) -> dict:
-    """{row name: (n, 64) float32 digits} for the rows of the table (n = ``metric.n_samples``)."""
+    """{row name: (FRECHET_SETS * n, 64) float32 digits} for the rows of the table
+    (n = ``metric.n_samples``): each set of n is an independent draw of the row's damage to the
+    same n real digits (the real row: those digits repeated), as a generator's evaluation
+    passes ``metric.sets_wanted`` samples."""
     from fastgp.train.data import digit_labels
 
     n, real = metric.n_samples, metric.train_images
+    count = FRECHET_SETS * n
     rng = np.random.default_rng(seed)
-    normal = rng.standard_normal((n, PIXELS))
-    rows = {"real": real[:n]}
+    repeated = np.tile(real[:n], (FRECHET_SETS, 1))
+    normal = rng.standard_normal((count, PIXELS))
+    rows = {"real": repeated}
     for sigma in NOISE_SIGMAS[1:]:
-        rows[f"real + noise {sigma}"] = np.clip(real[:n] + sigma * normal, -1.0, 1.0)
+        rows[f"real + noise {sigma}"] = np.clip(repeated + sigma * normal, -1.0, 1.0)
+    rows[RESAMPLED] = None  # drawn last (below): the rows before it keep their random numbers
     padded = np.pad(real[:n].reshape(n, 8, 8), ((0, 0), (1, 1), (1, 1)), constant_values=-1.0)
     box = sum(padded[:, i : i + 8, j : j + 8] for i in range(3) for j in range(3)) / 9.0
-    rows["real blurred"] = box.reshape(n, PIXELS)
+    rows["real blurred"] = np.tile(box.reshape(n, PIXELS), (FRECHET_SETS, 1))
     threes = real[digit_labels()[metric.train_index] == 3]
-    rows["real, one class (3)"] = threes[rng.integers(0, len(threes), n)]
-    rows["uniform noise"] = rng.uniform(-1.0, 1.0, (n, PIXELS))
+    rows["real, one class (3)"] = threes[rng.integers(0, len(threes), count)]
+    rows["uniform noise"] = rng.uniform(-1.0, 1.0, (count, PIXELS))
+    rows[RESAMPLED] = resampled(metric, rng, count)
     return {name: np.asarray(x, np.float32) for name, x in rows.items()}
+
+
+def resampled(metric: DigitQuality, rng: np.random.Generator, count: int) -> np.ndarray:
+    """(count, 64) digits drawn with replacement from the whole first half: the samples of a
+    generator whose distribution is exactly its training set."""
+    real = metric.train_images
+    return real[rng.integers(0, len(real), count)]
 
 
 def calibration_table(seed: int = 0, names=None, metric: DigitQuality | None = None) -> list:

@@ -333,6 +333,7 @@ DIGITS_RECORD = (
     "c2st_floor",
     "c2st_sigma",
     "frechet_distance",
+    "frechet_spread",
     "frechet_sigma",
     "confidence",
     "classes_covered",
@@ -345,7 +346,7 @@ class _Evaluator:
 
     Gaussian mixtures: modes captured and high-quality share (``fastgp.train.quality``). Digits:
     ``fastgp.train.digit_quality.DigitQuality`` (built at the first evaluation, then reused) on at
-    least its ``n_samples`` generator samples. Swiss roll: no evaluation."""
+    least its ``sets_wanted`` generator samples. Swiss roll: no evaluation."""
 
     def __init__(self, dataset, config, problem, n):
         self.config, self.problem, self.n = config, problem, n
@@ -400,7 +401,7 @@ class _Evaluator:
             q = {**q, "high_quality": round(q["high_quality"], 2)}
         else:
             metric = self.digits_metric()
-            q = metric(self.samples(g_params, max(self.n, metric.n_samples)))
+            q = metric(self.samples(g_params, max(self.n, metric.sets_wanted)))
         self._last = (step, q)
         return q
 
