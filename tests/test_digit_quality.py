@@ -5,8 +5,8 @@ run seed 0.
 Seeds 0-4 (floor, sigma 0.025, 0.05, 0.1, 0.2): C2ST floors 0.490-0.520, sigma 0.05 0.704-0.732
 (0.19-0.22 above each seed's floor), sigma 0.1 0.912-0.922, sigma 0.2 0.962-0.979, each step
 >= 0.043 up; Frechet floors 0.39-0.49, sigma 0.1 0.15-0.31 above them, sigma 0.2 2.7-3.4 times.
-The first half resampled with replacement (three draws per seed): C2ST 0.090-0.146 above each
-seed's floor, Frechet distance 0.51-1.19, 0.12-0.77 above each floor.
+The first half resampled with replacement (three draws of 8 sets per seed): C2ST 0.090-0.143
+above each seed's floor, Frechet distance 0.66-0.84, 0.24-0.41 above each floor.
 """
 
 from pathlib import Path
@@ -130,7 +130,7 @@ def test_a_copy_of_the_training_half_scores_above_the_floors(metric, table):
     ]
     for q in draws:
         assert q["c2st_accuracy"] > q["c2st_floor"] + 0.06, q["c2st_accuracy"]
-        assert q["frechet_distance"] > q["frechet_floor"] + 0.1, q["frechet_distance"]
+        assert q["frechet_distance"] > q["frechet_floor"] + 0.15, q["frechet_distance"]
         assert q["frechet_distance"] > NOISE_CURVE["frechet_distance"][2]
         assert abs(q["confidence"] - q["confidence_floor"]) < 0.005
         assert q["classes_covered"] == 10

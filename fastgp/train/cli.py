@@ -147,8 +147,8 @@ def _add_training_flags(p, *, defaults):
         default=defaults.get("steps"),
         help="generator iterations"
         + (
-            " (default: the recipe's, 6000 for 8gaussians, swissroll and digits, 10000 for "
-            "25gaussians)"
+            " (default: the recipe's, 6000 for 8gaussians and swissroll, 9000 for digits, "
+            "10000 for 25gaussians)"
             if "steps" not in defaults
             else " (default %(default)s)"
         ),

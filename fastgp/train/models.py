@@ -138,34 +138,36 @@ OUTPUTS = {"clip": lambda x: jnp.clip(x, -1.0, 1.0), "tanh": jnp.tanh}
 def conv_generator(
     latent_dim: int = 32, channels: int = 64, activation: str = "relu", output: str = "clip"
 ) -> Model:
-    """Conv generator: z (B, latent_dim) -> dense (2x2, 2 * ``channels``) -> ``activation`` ->
-    twice nearest-neighbour 2x upsampling and a 3x3 conv (``channels``) -> ``activation``
-    (2->4->8) -> a stride-1 3x3 conv to one channel -> ``output`` (``OUTPUTS``: "clip" to
-    [-1, 1], the default, or "tanh"), (B, 8, 8, 1).
+    """Conv generator: z (B, latent_dim) -> dense (4x4, 2 * ``channels``) -> ``activation`` ->
+    a 3x3 conv at 4x4 (2 * ``channels``) -> nearest-neighbour 2x upsampling -> two 3x3 convs at
+    8x8 (``channels``), each followed by ``activation`` -> a stride-1 3x3 conv to one channel ->
+    ``output`` (``OUTPUTS``: "clip" to [-1, 1], the default, or "tanh"), (B, 8, 8, 1).
 
-    Upsampling by repetition, not transposed convolutions, and a last stride-1 conv: every
-    output pixel sees the same 3x3 neighbourhood, so no stride pattern shows in the samples.
+    Upsampling by repetition, not transposed convolutions, and stride-1 convs after it: every
+    output pixel sees the same neighbourhood, so no stride pattern shows in the samples.
     Clipping reaches the data's exact -1 background, which tanh only approaches."""
     if output not in OUTPUTS:
         raise ValueError(f"unknown output {output!r}; valid: {', '.join(OUTPUTS)}")
-    c1, c2 = 2 * channels, channels
+    wide, narrow = 2 * channels, channels
     act, out = _activation(activation), OUTPUTS[output]
 
     def init(key):
-        k0, k1, k2, k3 = jax.random.split(key, 4)
+        k0, k1, k2, k3, k4 = jax.random.split(key, 5)
         return {
-            "proj": _dense_init(k0, latent_dim, c1 * 2 * 2, he=True),
-            "conv1": _conv_init(k1, c2, c1),
-            "conv2": _conv_init(k2, c2, c2),
-            "out": _conv_init(k3, 1, c2),
+            "proj": _dense_init(k0, latent_dim, wide * 4 * 4, he=True),
+            "conv4": _conv_init(k1, wide, wide),
+            "conv8a": _conv_init(k2, narrow, wide),
+            "conv8b": _conv_init(k3, narrow, narrow),
+            "out": _conv_init(k4, 1, narrow),
         }
 
     def apply(params, z, dtype=jnp.float32):
         p = _cast(params, dtype)
         h = act(z.astype(dtype) @ p["proj"]["w"] + p["proj"]["b"])
-        h = h.reshape(h.shape[0], 2, 2, c1)
-        for name in ("conv1", "conv2"):
-            h = act(_conv(_upsample(h), p[name]["w"]) + p[name]["b"])
+        h = act(_conv(h.reshape(h.shape[0], 4, 4, wide), p["conv4"]["w"]) + p["conv4"]["b"])
+        h = _upsample(h)
+        for name in ("conv8a", "conv8b"):
+            h = act(_conv(h, p[name]["w"]) + p[name]["b"])
         return out(_conv(h, p["out"]["w"]) + p["out"]["b"]).astype(jnp.float32)
 
     return Model(init, apply)

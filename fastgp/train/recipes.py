@@ -12,14 +12,16 @@ last half. 25 Gaussians: the same with 3x96 MLPs, 3 critic steps, the penalty on
 critic step (weight 4, lazy), 10000 iterations decaying over the last 0.6: the modes sharpen in
 the decay, so many cheap iterations beat fewer costly ones (seeds 0-2: 94.6 / 90.4 / 91.6 % high
 quality, every mode, about 2 minutes where the 8-Gaussians recipe took over 4). Digits (8x8
-images): the conv pair of ``fastgp.train.models`` (32 channels; the generator upsamples by
-repetition, ends in a stride-1 3x3 conv and clips to [-1, 1]; the critic starts with a stride-1
-conv at 8x8), noise dim 32, penalty weight 10, Adam 1e-3 with betas (0.5, 0.9), batch 64,
-3 critic steps, 6000 generator iterations, linear decay over the last half; trained on the first
-half of the digits (``load_digits(split="train")``), scored by ``fastgp.train.digit_quality``
-against the other: C2ST 0.663 (seeds 1, 2: 0.683, 0.667), below real digits + clipped noise of
-sigma 0.05 (0.704). The recipe before (transposed convs, tanh, a critic of two stride-2 convs,
-Adam 5e-4, 4500 iterations) scored 0.801.
+images): the conv pair of ``fastgp.train.models`` (32 channels; the generator projects the noise
+to 4x4, convolves there, upsamples by repetition, convolves twice at 8x8 and ends in a stride-1
+3x3 conv clipped to [-1, 1]; the critic starts with a stride-1 conv at 8x8), noise dim 32,
+penalty weight 10, Adam 1e-3 with betas (0.5, 0.9), batch 64, 3 critic steps, 9000 generator
+iterations, linear decay over the last half; trained on the first half of the digits
+(``load_digits(split="train")``), scored by ``fastgp.train.digit_quality`` against the other:
+seed 0 C2ST 0.667, Frechet distance 0.83, confidence 0.951, at the level of a generator that
+copies its training half (0.630, 0.78, 0.973) and below real digits + clipped noise of sigma
+0.05 by the C2ST (0.704). The recipe before (a 2x2 projection, one conv per resolution, 6000
+iterations) scored 0.663, 0.86 and 0.935 on the same metric in 0.47x the time.
 """
 
 from collections.abc import Callable
@@ -69,7 +71,7 @@ DIGITS = Recipe(
         latent_dim=32,
         decay_fraction=0.5,
     ),
-    steps=6000,
+    steps=9000,
     width=32,
 )
 RECIPES = {"8gaussians": TOY, "25gaussians": GRID, "swissroll": TOY, "digits": DIGITS}
