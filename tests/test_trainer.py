@@ -402,6 +402,20 @@ def test_summarize_reads_the_last_step_and_the_replica_spread():
 # --- the check must catch broken reductions ------------------------------------------------------
 
 
+def test_parameter_updates_are_compared_per_array_in_l2():
+    """One Adam-amplified entry does not decide the updates' difference; every core does."""
+    from fastgp.train.selfcheck import max_rel_diff, rel_l2_diff
+
+    ref = {"w": np.full(400, 1e-3), "b": np.zeros(3)}
+    ours = {"w": ref["w"].copy(), "b": np.zeros(3)}
+    ours["w"][7] += 2e-6  # one entry off by 2e-3 of the largest update
+    assert max_rel_diff(ours, ref) == pytest.approx(2e-3)
+    assert rel_l2_diff(ours, ref) == pytest.approx(2e-6 / np.sqrt(400 * 1e-6))  # 1e-4
+    cores = {"w": np.stack([ref["w"], 1.5 * ref["w"]], -1), "b": np.zeros((3, 2))}
+    assert rel_l2_diff(cores, ref) == pytest.approx(0.5)  # core 1 moved 1.5x
+    assert rel_l2_diff({"w": ref["w"], "b": np.array([0.0, np.nan, 0.0])}, ref) == np.inf
+
+
 def test_check_catches_wrong_reductions():
     results = run_worker("wrong_reduction", 2)
     doubled = results["psum_twice_loss"]
