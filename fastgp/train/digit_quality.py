@@ -17,8 +17,8 @@ scikit-learn's 1797 digits are split into two class-stratified halves (fixed ``s
 split of seed 0), the second is the held-out real reference. Every ``*_floor`` is the figure of
 the first half itself, each digit once: what 898 fresh draws of real digits score. A generator
 that reproduces its training half exactly draws those digits with replacement, and scores worse
-(``digit_calibration``'s resampled row; over split seeds 0-4 its C2ST is 0.09-0.15 and its
-Frechet distance 0.12-0.77 above the floors).
+(``digit_calibration``'s resampled row; over split seeds 0-4, three draws of 8 sets each, its
+C2ST is 0.09-0.14 and its Frechet distance 0.24-0.41 above the floors).
 
 C2ST (classifier two-sample test, Lopez-Paz & Oquab 2017): the first n samples (n = 898, the
 held-out half) labelled 0, the held-out digits 1; the 5-fold cross-validated accuracy of a

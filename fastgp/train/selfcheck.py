@@ -86,19 +86,27 @@ TOLERANCES = {
 }
 
 
-def max_rel_diff(ours, ref) -> float:
-    """Largest relative difference between two pytrees of arrays (ours may carry a trailing device
-    axis that ref lacks: every core is compared). NaN in both at the same place counts as equal."""
+def _paired_arrays(ours, ref) -> list:
+    """[(a, b, per_core)]: the float64 arrays of two pytrees, leaf by leaf; where ``a`` carries a
+    trailing device axis that ``b`` lacks (``per_core``), ``b`` gains a length-1 one to match."""
     ours_leaves, ref_leaves = jax.tree.leaves(ours), jax.tree.leaves(ref)
     if len(ours_leaves) != len(ref_leaves):
         raise ValueError(f"pytrees differ: {len(ours_leaves)} vs {len(ref_leaves)} leaves")
-    ref_arrays = [np.asarray(b, np.float64) for b in ref_leaves]
-    scale = max((float(np.nanmax(np.abs(b), initial=0.0)) for b in ref_arrays), default=0.0)
+    pairs = []
+    for a, b in zip(ours_leaves, ref_leaves, strict=True):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        per_core = a.ndim == b.ndim + 1
+        pairs.append((a, b[..., None] if per_core else b, per_core))
+    return pairs
+
+
+def max_rel_diff(ours, ref) -> float:
+    """Largest relative difference between two pytrees of arrays (ours may carry a trailing device
+    axis that ref lacks: every core is compared). NaN in both at the same place counts as equal."""
+    pairs = _paired_arrays(ours, ref)
+    scale = max((float(np.nanmax(np.abs(b), initial=0.0)) for _, b, _ in pairs), default=0.0)
     worst = 0.0
-    for a, b in zip(ours_leaves, ref_arrays, strict=True):
-        a = np.asarray(a, np.float64)
-        if a.ndim == b.ndim + 1:
-            b = b[..., None]
+    for a, b, _ in pairs:
         diff = np.abs(a - b)
         diff = np.where(np.isnan(a) & np.isnan(b), 0.0, diff)
         diff = np.where(np.isnan(diff), np.inf, diff)
@@ -110,16 +118,9 @@ def max_rel_diff(ours, ref) -> float:
 def rel_l2_diff(ours, ref) -> float:
     """Largest ``|a - b|_2 / |b|_2`` over the arrays of two pytrees (ours may carry a trailing
     device axis: every core is compared); an all-zero reference array counts by ``|a|_2``."""
-    ours_leaves, ref_leaves = jax.tree.leaves(ours), jax.tree.leaves(ref)
-    if len(ours_leaves) != len(ref_leaves):
-        raise ValueError(f"pytrees differ: {len(ours_leaves)} vs {len(ref_leaves)} leaves")
     worst = 0.0
-    for a, b in zip(ours_leaves, ref_leaves, strict=True):
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        per_core = a.ndim == b.ndim + 1
+    for a, b, per_core in _paired_arrays(ours, ref):
         size = float(np.sqrt(np.sum(b**2)))
-        if per_core:
-            b = b[..., None]
         diff = np.sqrt(np.sum((a - b) ** 2, axis=tuple(range(a.ndim - 1)) if per_core else None))
         if not np.all(np.isfinite(diff)):
             return float("inf")
