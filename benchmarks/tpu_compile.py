@@ -6,7 +6,7 @@ For v5e, v6e and TPU7x (one chip each), compiles one critic step (critic loss + 
 value_and_grad wrt params, Adam) of each critic in ``workloads.TPU_CRITICS`` with the naive
 penalty, with fastgp's default (``backend="auto"``: XLA on TPU) and with the Pallas kernel
 forced (``backend="pallas"``), and writes flops, bytes accessed, copy ops and memory
-(``fastgp.compiled``) to ``benchmarks/results/tpu_compile.md`` (+ ``.json``). These are the
+(``fastgp._compiled``) to ``benchmarks/results/tpu_compile.md`` (+ ``.json``). These are the
 compiler's figures for the program, not hardware times. ``--quick``: v5e and the first critic.
 """
 
@@ -24,7 +24,7 @@ import jax
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import workloads as W
-from fastgp import compiled as cf
+from fastgp import _compiled as cf
 
 OUT = pathlib.Path(__file__).parent / "results" / "tpu_compile.md"
 GENERATIONS = ("v5e", "v6e", "7x")

@@ -36,7 +36,7 @@ from jax.sharding import PartitionSpec as P
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import workloads as W
 from collectives import arrays_moved, collective_ops
-from fastgp import compiled as cf
+from fastgp import _compiled as cf
 
 OUT = pathlib.Path(__file__).parent / "results" / "tpu_sharded_compile.md"
 GLOBAL_BATCH = 256

@@ -6,7 +6,7 @@
 
 ``programs``: for each generation and ``zoo.ZOO_TPU`` critic (bfloat16, per-chip batch), one critic
 step (critic loss + penalty, value_and_grad wrt params, Adam) per variant of ``workloads``,
-compiled for one chip from this host (``fastgp.compiled``); flops, bytes, copies, temp and peak
+compiled for one chip from this host (``fastgp._compiled``); flops, bytes, copies, temp and peak
 memory and the roofline bound go to ``results/zoo_tpu.{json,md}``.
 
 ``capacity``: the largest per-chip batch whose critic step compiles within the chip's HBM, per
@@ -37,7 +37,7 @@ import jax
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import workloads as W
 import zoo
-from fastgp import compiled as cf
+from fastgp import _compiled as cf
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 PROGRAMS = RESULTS / "zoo_tpu.json"  # the compiles of ``programs``

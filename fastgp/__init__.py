@@ -6,6 +6,7 @@ The library is this package minus ``fastgp.train`` (the training application):
     penalty = gradient_penalty(lambda x: critic(params, x), interpolate(key, real, fake))
 """
 
+from fastgp._reference import naive_gradient_penalty, naive_penalty_from_grads
 from fastgp.penalty import (
     DEFAULT_WEIGHT,
     SECOND_ORDER,
@@ -18,7 +19,6 @@ from fastgp.penalty import (
     penalty_from_grads,
     per_sample_penalties,
 )
-from fastgp.reference import naive_gradient_penalty, naive_penalty_from_grads
 
 __version__ = "0.1.0"
 

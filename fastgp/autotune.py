@@ -15,8 +15,8 @@ Every variant (second order x remat policy x backend) is first checked against t
 ``jax.grad`` penalty on the current device: the loss's value and its gradient with respect to
 ``params``, each to ``rtol`` times the reference's largest |entry|. Only exact variants are
 ranked. Without ``generation`` they are timed: ``jax.jit(jax.value_and_grad(loss))``, rounds
-interleaved (``fastgp.timing``), median seconds. With ``generation`` ("v5e", "v6e", ...) each is
-compiled for one chip of that TPU generation from this host (``fastgp.compiled``; needs
+interleaved (``fastgp._timing``), median seconds. With ``generation`` ("v5e", "v6e", ...) each is
+compiled for one chip of that TPU generation from this host (``fastgp._compiled``; needs
 ``jax[tpu]``) and ranked by the roofline bound of its compiled figures; a program that does not
 fit the chip's HBM is reported and not ranked. The Pallas backend is a candidate where it runs
 (TPU, GPU, or a named TPU generation, whose kernels are checked here in interpret mode).
@@ -30,11 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastgp import compiled
+from fastgp import _compiled as compiled
+from fastgp._reference import naive_gradient_penalty
+from fastgp._timing import interleaved_times
 from fastgp._typing import PyTree
 from fastgp.penalty import REMAT_POLICIES, SECOND_ORDER, gradient_penalty
-from fastgp.reference import naive_gradient_penalty
-from fastgp.timing import interleaved_times
 
 TUNED = ("second_order", "remat", "backend")
 CriticLoss = Callable[..., jax.Array]  # critic_loss(params, *args, penalty=...) -> scalar
@@ -63,7 +63,7 @@ class VariantResult(NamedTuple):
     """What was measured for one variant (``variant`` None: the naive penalty, the yardstick).
 
     ``seconds``: the median step time, or with a TPU generation the roofline bound of the
-    compiled program; ``program``: that program's ``fastgp.compiled.figures``; ``problem``: why
+    compiled program; ``program``: that program's ``fastgp._compiled.figures``; ``problem``: why
     the variant is not ranked (not exact, does not fit, does not compile), else None."""
 
     variant: Variant | None

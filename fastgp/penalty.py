@@ -14,11 +14,11 @@ over the global batch; forgetting it on sharded data is an error. See the README
 import jax
 import jax.numpy as jnp
 
-from fastgp import validation
+from fastgp import _validation as validation
+from fastgp._rowops import norms_and_penalties
+from fastgp._second_order import mean_penalty_and_norms
 from fastgp._typing import AxisName, Critic, PyTree
 from fastgp.distributed import global_batch_slice, global_mean, require_axis_name, shard_count
-from fastgp.rowops import norms_and_penalties
-from fastgp.second_order import mean_penalty_and_norms
 
 DEFAULT_WEIGHT = 10.0  # lambda of Gulrajani et al. (2017), used by every function here
 SECOND_ORDER = ("reverse-over-forward", "reverse")
@@ -157,7 +157,7 @@ def gradient_penalty(
       target: relative target norm t (static, > 0); ``kind="r1"`` ignores it.
       weight: lambda (may be traced, e.g. a schedule); 10 by default.
       backend: ``"auto"``, ``"pallas"``, ``"interpret"``, ``"tpu-interpret"``,
-        ``"gpu-interpret"`` or ``"xla"`` (see ``fastgp.backends``).
+        ``"gpu-interpret"`` or ``"xla"`` (see ``fastgp._backends``).
       axis_name: inside ``shard_map``, the data axis: the mean is then over the global batch;
         ``()`` for a deliberate per-shard mean.
       second_order: ``"reverse-over-forward"`` (default; a custom_vjp whose backward is the VJP of

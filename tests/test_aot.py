@@ -19,7 +19,7 @@ from fastgp.kernels import lane_blocks, lane_sumsq, row_blocks, row_sumsq
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.aot
 pytest.importorskip("jax.experimental.topologies")
-from fastgp import compiled as cf  # noqa: E402
+from fastgp import _compiled as cf  # noqa: E402
 
 GENERATIONS = tuple(cf.TOPOLOGIES)
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
@@ -121,7 +121,7 @@ def kernel_operand_producers(hlo_text):
 def test_bf16_image_critic_step_reads_g_where_the_convolution_wrote_it(generation, layout):
     """The shape where a (B, D) bf16 tiling failed on TPU7x inside a whole step. The kernel's
     operand is the fusion that writes the input gradient (through a bitcast), not a relayout
-    copy; the default backend's program has no kernel (see fastgp.backends)."""
+    copy; the default backend's program has no kernel (see fastgp._backends)."""
     image = (3, 64, 64) if layout == "NCHW" else (64, 64, 3)
     params = conv_params(image, layout, jnp.bfloat16, channels=4)
     x = jax.ShapeDtypeStruct((64, *image), jnp.bfloat16)

@@ -1,4 +1,4 @@
-"""fastgp.compiled: figures read from programs compiled for a TPU."""
+"""fastgp._compiled: figures read from programs compiled for a TPU."""
 
 import pathlib
 import sys
@@ -7,13 +7,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from fastgp.backends import xla_sumsq
+from fastgp._backends import xla_sumsq
 from fastgp.kernels import row_sumsq
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.aot
 pytest.importorskip("jax.experimental.topologies")
-from fastgp import compiled as cf  # noqa: E402
+from fastgp import _compiled as cf  # noqa: E402
 
 HLO = """\
 %fused_computation.1 (param_0: f32[8]) -> f32[8] {

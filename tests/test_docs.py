@@ -19,7 +19,7 @@ import pytest
 from jax import lax
 
 import fastgp
-from fastgp import reference
+from fastgp import _reference as reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fastgp import penalty, reference
+from fastgp import _reference as reference
+from fastgp import penalty
 from fastgp.kernels import penalty_gpu
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU")

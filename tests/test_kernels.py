@@ -11,10 +11,10 @@ from jax._src.pallas.mosaic.interpret import utils as tpu_interpret_utils
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from fastgp import backends
+from fastgp import _backends as backends
+from fastgp._rowops import norms_and_penalties
 from fastgp.kernels import Blocks, lane_blocks, lane_sumsq, row_blocks, row_sumsq
 from fastgp.kernels.tiling import SUPPORTED_GENERATIONS
-from fastgp.rowops import norms_and_penalties
 from oracles import norms64, penalties64
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}

@@ -15,7 +15,8 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import penalty, reference
+from fastgp import _reference as reference
+from fastgp import penalty
 
 KINDS = ["wgan-gp", "wgan-lp", "r1"]
 

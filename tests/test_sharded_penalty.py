@@ -7,7 +7,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import penalty, reference
+from fastgp import _reference as reference
+from fastgp import penalty
 
 BATCH = 24
 

@@ -21,7 +21,8 @@ from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import penalty, reference
+from fastgp import _reference as reference
+from fastgp import penalty
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 from collectives import arrays_moved
@@ -307,7 +308,7 @@ def test_pallas_under_auto_sharding_names_the_missing_tpu_partitioner():
     import sys
 
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-    from fastgp import compiled as cf
+    from fastgp import _compiled as cf
 
     mesh = Mesh(np.array(cf.tpu_devices("v5e:2x2")), ("data",))
     x = jax.ShapeDtypeStruct((BATCH, 12), jnp.float32, sharding=NamedSharding(mesh, P("data")))

@@ -522,7 +522,7 @@ def test_mesh_must_have_one_data_axis():
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu (jax[tpu])")
 def test_sharded_step_compiles_for_tpu_v5e_mesh():
     """The toy MLP's (B, 2) input-gradients: "auto" leaves dense leaves to XLA on TPU (see
-    fastgp.backends), "pallas" forces the kernel into both compiled programs."""
+    fastgp._backends), "pallas" forces the kernel into both compiled programs."""
     out = run_worker("aot", 1, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     assert out == {
         "platform": "tpu",
@@ -537,7 +537,7 @@ def test_sharded_step_compiles_for_tpu_v5e_mesh():
 def test_bf16_input_gradients_reach_the_tpu_kernel():
     """Lowered for TPU, the penalty's Mosaic kernel reads the conv critic's input-gradients in the
     compute dtype (bf16 under bf16) and returns float32 statistics with backend "pallas"; the
-    default, "auto", is XLA on TPU (see fastgp.backends) and has no kernel."""
+    default, "auto", is XLA on TPU (see fastgp._backends) and has no kernel."""
     out = run_worker("aot_precision", 1, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     for precision in ("f32", "bf16"):
         for program in ("critic_step", "run"):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
-from fastgp.reference import naive_gradient_penalty
+from fastgp._reference import naive_gradient_penalty
 from fastgp.testing import assert_penalty_matches_naive
 from fastgp.train.models import mlp
 

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 import zoo_tpu
-from fastgp import compiled
+from fastgp import _compiled as compiled
 
 HBM = compiled.CHIPS["v5e"].hbm_bytes
 

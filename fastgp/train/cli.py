@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 
-from fastgp.backends import BACKENDS
+from fastgp._backends import BACKENDS
 from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
 from fastgp.train import tune_command

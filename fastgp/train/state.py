@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fastgp.backends import BACKENDS
+from fastgp._backends import BACKENDS
 from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastgp.compiled import TOPOLOGIES
+from fastgp._compiled import TOPOLOGIES
 
 
 class TuneError(Exception):

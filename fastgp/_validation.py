@@ -8,17 +8,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from fastgp._backends import BACKENDS
+from fastgp._interpret_mode import check_backend_for_manual_axes
 from fastgp._typing import AxisName, Critic, PyTree
-from fastgp.backends import BACKENDS
 from fastgp.distributed import varying_axes
-from fastgp.interpret_mode import check_backend_for_manual_axes
 from fastgp.kernels import KINDS
 
 
 def leaves_of(tree: PyTree, what: str) -> tuple[tuple[jax.Array, ...], int]:
     """The leaves of a pytree of (B, ...) float arrays, as a tuple in their own shapes, and B.
 
-    Leaves are not reshaped: a kernel reads each in its own layout (see ``fastgp.backends``)."""
+    Leaves are not reshaped: a kernel reads each in its own layout (see ``fastgp._backends``)."""
     leaves = jax.tree.leaves(tree)
     if not leaves:
         raise ValueError(f"{what} is an empty pytree; expected at least one (B, ...) array")

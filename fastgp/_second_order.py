@@ -21,10 +21,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fastgp import validation
+from fastgp import _validation as validation
+from fastgp._rowops import norms_and_penalties, row_scale
 from fastgp._typing import AxisName, Critic, PyTree
 from fastgp.distributed import global_count, global_mean
-from fastgp.rowops import norms_and_penalties, row_scale
 
 Converted = Callable[..., jax.Array]  # the closure-converted critic: (x, *consts) -> scores
 Consts = tuple[jax.Array, ...]  # the critic's hoisted closed-over values (its parameters)

@@ -3,7 +3,7 @@
     per_device(block_sumsq, backend)(leaf) -> (B,) float32 sums of squares of a (B, ...) leaf
 
 ``block_sumsq`` is a kernel call on one device's (b, ...) block (it picks its own view of the
-block, see ``fastgp.backends``). How the wrapped call reaches it depends on the sharding mode of
+block, see ``fastgp._backends``). How the wrapped call reaches it depends on the sharding mode of
 the program being traced:
 
     mode (recognised by the mesh's axis types)      mechanism
@@ -106,7 +106,7 @@ def _explicit(
     spec = full_spec(jax.typeof(leaf).sharding.spec, leaf.ndim)
     check_even(leaf.shape, spec, mesh.shape, backend)
     # check_vma=False: this shard_map is only ever on the primal path (the derivative is the jnp
-    # custom_jvp of fastgp.rowops), and generic interpret mode cannot carry varying manual-axis
+    # custom_jvp of fastgp._rowops), and generic interpret mode cannot carry varying manual-axis
     # types through its while loop (JAX 0.10.2).
     return jax.shard_map(
         _block_sums(block_sumsq, spec),

@@ -18,7 +18,7 @@ once more: flops and copy ops are equal, bytes 0.2-0.4 % higher for image critic
 for a dense one with the kernel. On CUDA the Triton kernel has not been run and timed on a GPU.
 ``"pallas"`` runs the TPU kernels on every leaf on TPU and the Triton kernel on CUDA, and fails
 to lower, with a ValueError naming the alternatives, anywhere else. Every kernel backend runs on
-each device's block of a sharded leaf (``fastgp.partitioning``).
+each device's block of a sharded leaf (``fastgp._partitioning``).
 """
 
 import functools
@@ -33,8 +33,8 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
+from fastgp._partitioning import HOST_CALLBACKS, NO_TPU_PARTITIONER, BlockSumsq, per_device
 from fastgp.kernels import penalty_gpu, penalty_tpu
-from fastgp.partitioning import HOST_CALLBACKS, NO_TPU_PARTITIONER, BlockSumsq, per_device
 
 BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xla")
 
@@ -127,7 +127,7 @@ def _per_platform(tpu: BlockSumsq, cuda: BlockSumsq, default: BlockSumsq) -> Blo
 def resolve(backend: str) -> BlockSumsq:
     """The per-leaf sum of squares for a backend name; raises ValueError for an unknown name.
 
-    Every kernel backend partitions itself (``fastgp.partitioning``): under shard_map, explicit
+    Every kernel backend partitions itself (``fastgp._partitioning``): under shard_map, explicit
     sharding and Auto-sharded ``jax.jit``, each device reduces its own block of the leaf.
     """
     if backend in ("xla", "auto"):
