@@ -11,19 +11,16 @@ that the kernel's operand is a bitcast of the leaf, not a relayout copy:
                                     B in the lanes (measured on v4, v5e, v5p, v6e and TPU7x)
     any other leaf                  ``row_sumsq`` of its (B, D) reshape, a relayout copy
 
-``"auto"`` is XLA on every platform today, because that is what the measurements favour. On TPU
-the compiled whole critic steps (``benchmarks/tpu_compile.py``) show XLA fusing the per-sample
-reduction into the fusion that writes g, so it costs no read of its own, while the kernel reads g
-once more: flops and copy ops are equal, bytes 0.2-0.4 % higher for image critics and 1.1-1.3 %
-for a dense one with the kernel. On CUDA the Triton kernel has not been run and timed on a GPU.
-``"pallas"`` runs the TPU kernels on every leaf on TPU and the Triton kernel on CUDA, and fails
-to lower, with a ValueError naming the alternatives, anywhere else. Every kernel backend runs on
-each device's block of a sharded leaf (``fastgp._partitioning``).
+``"auto"`` is XLA on every platform today; the measured critic steps behind that choice are in
+``benchmarks/results/`` and ``docs/performance.md``. ``"pallas"`` runs the TPU kernels on every
+leaf on TPU and the Triton kernel on CUDA, and fails to lower, with a ValueError naming the
+alternatives, anywhere else. Every kernel backend runs on each device's block of a sharded leaf
+(``fastgp._partitioning``).
 """
 
 import functools
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 import jax
 import jax.numpy as jnp
@@ -34,9 +31,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from fastgp._partitioning import HOST_CALLBACKS, NO_TPU_PARTITIONER, BlockSumsq, per_device
+from fastgp._typing import Backend
 from fastgp.kernels import penalty_gpu, penalty_tpu
 
-BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xla")
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
 
 
 # --- Leaf views ---------------------------------------------------------------------------------
@@ -101,7 +99,7 @@ def _raise_on_lowering(ctx: Any, x: Any, *, message: str) -> NoReturn:
 mlir.register_lowering(_unsupported_p, _raise_on_lowering)
 
 
-def _unsupported(backend: str) -> BlockSumsq:
+def _unsupported(backend: Backend) -> BlockSumsq:
     """A stand-in whose lowering raises a ValueError naming the alternatives."""
     message = (
         f"backend={backend!r} runs the Pallas TPU or GPU kernels, but this program is being "
@@ -124,7 +122,7 @@ def _per_platform(tpu: BlockSumsq, cuda: BlockSumsq, default: BlockSumsq) -> Blo
 
 
 @functools.cache
-def resolve(backend: str) -> BlockSumsq:
+def resolve(backend: Backend) -> BlockSumsq:
     """The per-leaf sum of squares for a backend name; raises ValueError for an unknown name.
 
     Every kernel backend partitions itself (``fastgp._partitioning``): under shard_map, explicit
@@ -149,7 +147,7 @@ def resolve(backend: str) -> BlockSumsq:
     raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
-def resolve_for(backend: str, *leaves: jax.Array) -> BlockSumsq:
+def resolve_for(backend: Backend, *leaves: jax.Array) -> BlockSumsq:
     """The per-leaf sum of squares for ``backend`` on these leaves: float64 runs on XLA (the
     kernels accumulate in float32), which ``"auto"`` and ``"xla"`` allow and the kernel backends
     refuse."""

@@ -16,11 +16,13 @@ from typing import Any
 
 import jax
 
-INTERPRET_BACKENDS = ("interpret", "tpu-interpret", "gpu-interpret")
-NOT_IN_SHARD_MAP = ("interpret", "gpu-interpret")
+from fastgp._typing import Backend
+
+INTERPRET_BACKENDS: tuple[Backend, ...] = ("interpret", "tpu-interpret", "gpu-interpret")
+NOT_IN_SHARD_MAP: tuple[Backend, ...] = ("interpret", "gpu-interpret")
 
 
-def check_backend_for_manual_axes(backend: str, manual_axes: Collection[str]) -> None:
+def check_backend_for_manual_axes(backend: Backend, manual_axes: Collection[str]) -> None:
     """Raise a ValueError if ``backend`` cannot run on data that varies over ``manual_axes``."""
     if manual_axes and backend in NOT_IN_SHARD_MAP:
         raise ValueError(

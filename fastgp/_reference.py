@@ -9,7 +9,7 @@ fastgp removes.
 import jax
 import jax.numpy as jnp
 
-from fastgp._typing import Critic, PyTree
+from fastgp._typing import Critic, Kind, PyTree
 
 
 def naive_grad_norms(grads: PyTree) -> jax.Array:
@@ -24,7 +24,7 @@ def naive_grad_norms(grads: PyTree) -> jax.Array:
     return jnp.sqrt(sumsq)
 
 
-def naive_penalties(norms: jax.Array, *, kind: str = "wgan-gp", target: float = 1.0) -> jax.Array:
+def naive_penalties(norms: jax.Array, *, kind: Kind = "wgan-gp", target: float = 1.0) -> jax.Array:
     """Per-sample penalty of a (B,) norm vector."""
     if kind == "wgan-gp":
         return (norms / target - 1.0) ** 2
@@ -36,7 +36,7 @@ def naive_penalties(norms: jax.Array, *, kind: str = "wgan-gp", target: float = 
 
 
 def naive_penalty_from_grads(
-    grads: PyTree, *, kind: str = "wgan-gp", target: float = 1.0, weight: float | jax.Array = 10.0
+    grads: PyTree, *, kind: Kind = "wgan-gp", target: float = 1.0, weight: float | jax.Array = 10.0
 ) -> jax.Array:
     """weight * mean_b p(n_b) on one device."""
     return weight * jnp.mean(naive_penalties(naive_grad_norms(grads), kind=kind, target=target))
@@ -46,7 +46,7 @@ def naive_gradient_penalty(
     critic: Critic,
     x: PyTree,
     *,
-    kind: str = "wgan-gp",
+    kind: Kind = "wgan-gp",
     target: float = 1.0,
     weight: float | jax.Array = 10.0,
 ) -> jax.Array:

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp._backends import resolve_for
+from fastgp._typing import Backend, Kind
 from fastgp.kernels import penalty_of_norm, penalty_slope
 
 
@@ -40,7 +41,7 @@ def safe_inverse(norm: jax.Array) -> jax.Array:
 
 
 def row_scale(
-    norm: jax.Array, ct_norm: jax.Array, ct_penalty: jax.Array, kind: str, target: float
+    norm: jax.Array, ct_norm: jax.Array, ct_penalty: jax.Array, kind: Kind, target: float
 ) -> jax.Array:
     """(B,) factors s with ``d<ct, (norm, penalty)> / dg_b = s_b * g_b`` (0 where the norm is 0).
 
@@ -61,7 +62,7 @@ def row_dots(leaves: Sequence[jax.Array], other_leaves: Sequence[jax.Array]) -> 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
 def norms_and_penalties(
-    leaves: tuple[jax.Array, ...], kind: str, target: float, backend: str
+    leaves: tuple[jax.Array, ...], kind: Kind, target: float, backend: Backend
 ) -> tuple[jax.Array, jax.Array]:
     """Per-sample L2 norms over all leaves and the per-sample penalty of ``kind``.
 
@@ -82,9 +83,9 @@ def norms_and_penalties(
 
 @norms_and_penalties.defjvp
 def _norms_and_penalties_jvp(
-    kind: str,
+    kind: Kind,
     target: float,
-    backend: str,
+    backend: Backend,
     primals: tuple[tuple[jax.Array, ...]],
     tangents: tuple[tuple[jax.Array, ...]],
 ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from fastgp import _validation as validation
 from fastgp._rowops import norms_and_penalties, row_scale
-from fastgp._typing import AxisName, Critic, PyTree
+from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
 from fastgp.distributed import global_count, global_mean
 
 Converted = Callable[..., jax.Array]  # the closure-converted critic: (x, *consts) -> scores
@@ -32,7 +32,7 @@ Residuals = tuple[PyTree, Consts, PyTree, jax.Array]  # x, consts, grads, norms
 
 
 def mean_penalty_and_norms(
-    critic: Critic, x: PyTree, *, kind: str, target: float, backend: str, axis_name: AxisName
+    critic: Critic, x: PyTree, *, kind: Kind, target: float, backend: Backend, axis_name: AxisName
 ) -> tuple[jax.Array, jax.Array]:
     """(mean_b p(n_b) over the global batch, (B_local,) norms), differentiated reverse-over-forward.
 
@@ -72,9 +72,9 @@ def _input_gradients(converted: Converted, x: PyTree, consts: Consts) -> PyTree:
 
 def _forward(
     converted: Converted,
-    kind: str,
+    kind: Kind,
     target: float,
-    backend: str,
+    backend: Backend,
     axis_name: AxisName,
     x: PyTree,
     consts: Consts,
@@ -88,9 +88,9 @@ def _forward(
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
 def _mean_penalty(
     converted: Converted,
-    kind: str,
+    kind: Kind,
     target: float,
-    backend: str,
+    backend: Backend,
     axis_name: AxisName,
     x: PyTree,
     consts: Consts,
@@ -101,9 +101,9 @@ def _mean_penalty(
 
 def _mean_penalty_fwd(
     converted: Converted,
-    kind: str,
+    kind: Kind,
     target: float,
-    backend: str,
+    backend: Backend,
     axis_name: AxisName,
     x: PyTree,
     consts: Consts,
@@ -135,9 +135,9 @@ def _zero_cotangent(value: Any) -> jax.Array:
 
 def _mean_penalty_bwd(
     converted: Converted,
-    kind: str,
+    kind: Kind,
     target: float,
-    backend: str,
+    backend: Backend,
     axis_name: AxisName,
     residuals: Residuals,
     cotangents: tuple[jax.Array, jax.Array],

@@ -1,9 +1,16 @@
-"""Type aliases for the library's signatures."""
+"""Type aliases for the library's signatures, and the option types whose values are fixed.
+
+The option tuples are derived from these: ``fastgp.kernels.KINDS`` (``Kind`` lives in
+``kernels/penalty_math.py``, which imports nothing from fastgp), ``fastgp._backends.BACKENDS``,
+``fastgp.penalty.SECOND_ORDER`` and the keys of ``fastgp.penalty.REMAT_POLICIES``.
+"""
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import jax
+
+from fastgp.kernels.penalty_math import Kind
 
 # An array or a pytree of arrays: pytrees have no static type, so this is Any.
 PyTree: TypeAlias = Any
@@ -11,3 +18,13 @@ PyTree: TypeAlias = Any
 AxisName: TypeAlias = str | tuple[str, ...] | None
 # x (a pytree of (B, ...) arrays) -> scores of shape (B,) or (B, 1).
 Critic: TypeAlias = Callable[[Any], jax.Array]
+
+# Which implementation sums each sample's squares (``fastgp._backends``).
+Backend: TypeAlias = Literal["auto", "pallas", "interpret", "tpu-interpret", "gpu-interpret", "xla"]
+# How the penalty's parameter gradient is taken (``fastgp.penalty.gradient_penalty``).
+SecondOrder: TypeAlias = Literal["reverse-over-forward", "reverse"]
+# A ``jax.checkpoint`` policy for the critic's activations; None: no rematerialisation.
+RematPolicy: TypeAlias = Literal["nothing", "dots"]
+Remat: TypeAlias = RematPolicy | None
+
+__all__ = ["AxisName", "Backend", "Critic", "Kind", "PyTree", "Remat", "RematPolicy", "SecondOrder"]

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from fastgp._backends import BACKENDS
 from fastgp._interpret_mode import check_backend_for_manual_axes
-from fastgp._typing import AxisName, Critic, PyTree
+from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
 from fastgp.distributed import varying_axes
 from fastgp.kernels import KINDS
 
@@ -99,7 +99,7 @@ def check_axis_name(axis_name: AxisName) -> None:
         )
 
 
-def check_backend_on_data(backend: str, tree: PyTree) -> None:
+def check_backend_on_data(backend: Backend, tree: PyTree) -> None:
     """Backends that cannot run on this data (interpret mode inside shard_map, kernels on f64)."""
     check_backend_for_manual_axes(backend, varying_axes(tree))
     if backend not in ("auto", "xla"):
@@ -112,12 +112,14 @@ def check_backend_on_data(backend: str, tree: PyTree) -> None:
                 )
 
 
-def check_kind(kind: str) -> None:
+def check_kind(kind: Kind) -> None:
+    """``kind`` must be one of ``KINDS`` (the type says so; callers may still pass any string)."""
     if kind not in KINDS:
         raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}")
 
 
-def check_backend(backend: str) -> None:
+def check_backend(backend: Backend) -> None:
+    """``backend`` must be one of ``BACKENDS``."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 

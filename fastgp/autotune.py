@@ -33,7 +33,7 @@ import numpy as np
 from fastgp import _compiled as compiled
 from fastgp._reference import naive_gradient_penalty
 from fastgp._timing import interleaved_times
-from fastgp._typing import PyTree
+from fastgp._typing import Backend, PyTree, Remat, SecondOrder
 from fastgp.penalty import REMAT_POLICIES, SECOND_ORDER, gradient_penalty
 
 TUNED = ("second_order", "remat", "backend")
@@ -45,9 +45,9 @@ class Variant(NamedTuple):
     """One way of taking the penalty: ``gradient_penalty``'s ``second_order``, ``remat``,
     ``backend``."""
 
-    second_order: str = "reverse-over-forward"
-    remat: str | None = None
-    backend: str = "xla"
+    second_order: SecondOrder = "reverse-over-forward"
+    remat: Remat = None
+    backend: Backend = "xla"
 
     def options(self) -> dict[str, Any]:
         return self._asdict()
@@ -113,7 +113,7 @@ class Tuning(NamedTuple):
 def candidates(platform: str) -> tuple[Variant, ...]:
     """Every variant for a platform ("cpu", "gpu", "tpu"): the Pallas kernels only where they
     compile (TPU, GPU). The default comes first."""
-    backends = ("xla", "pallas") if platform in ("tpu", "gpu") else ("xla",)
+    backends: tuple[Backend, ...] = ("xla", "pallas") if platform in ("tpu", "gpu") else ("xla",)
     every = [
         Variant(order, remat, backend)
         for backend in backends
@@ -127,7 +127,7 @@ def _inexact(result: VariantResult) -> bool:
     return result.problem is not None and result.problem.startswith("not exact")
 
 
-def _penalty(variant: Variant | None, backend_here: str | None, calls: list[int]) -> PenaltyFn:
+def _penalty(variant: Variant | None, backend_here: Backend | None, calls: list[int]) -> PenaltyFn:
     """The ``penalty=`` given to the user's loss: fastgp's penalty as ``variant`` (on
     ``backend_here`` where the variant's own backend cannot run on this host), or the naive one."""
 
@@ -223,7 +223,7 @@ def _reference(critic_loss: CriticLoss, params: PyTree, args: Sequence[Any]) -> 
 def _check(
     critic_loss: CriticLoss,
     variant: Variant,
-    backend_here: str | None,
+    backend_here: Backend | None,
     params: PyTree,
     args: Sequence[Any],
     ref: Any,
@@ -329,7 +329,7 @@ def autotune(
     variants = tuple(variants) if variants is not None else candidates(platform)
     # Kernels named for a TPU generation are checked on this host in interpret mode.
     here = jax.default_backend()
-    interpret = "interpret" if here == "cpu" else None
+    interpret: Backend | None = "interpret" if here == "cpu" else None
     ref = _reference(critic_loss, params, args)
     checked = [
         _check(

@@ -11,18 +11,22 @@ results are float32 (float64). Inside ``shard_map`` pass ``axis_name`` (the data
 over the global batch; forgetting it on sharded data is an error. See the README for the maths.
 """
 
+from collections.abc import Callable
+from typing import get_args
+
 import jax
 import jax.numpy as jnp
 
 from fastgp import _validation as validation
 from fastgp._rowops import norms_and_penalties
 from fastgp._second_order import mean_penalty_and_norms
-from fastgp._typing import AxisName, Critic, PyTree
+from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree, Remat, SecondOrder
 from fastgp.distributed import global_batch_slice, global_mean, require_axis_name, shard_count
 
 DEFAULT_WEIGHT = 10.0  # lambda of Gulrajani et al. (2017), used by every function here
-SECOND_ORDER = ("reverse-over-forward", "reverse")
-REMAT_POLICIES = {
+SECOND_ORDER: tuple[SecondOrder, ...] = get_args(SecondOrder)
+# None and every RematPolicy (tests/test_penalty.py holds the keys to the type).
+REMAT_POLICIES: dict[Remat, Callable[..., bool] | None] = {
     None: None,
     "nothing": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
@@ -30,7 +34,7 @@ REMAT_POLICIES = {
 
 
 def per_sample_penalties(
-    grads: PyTree, *, kind: str = "wgan-gp", target: float = 1.0, backend: str = "auto"
+    grads: PyTree, *, kind: Kind = "wgan-gp", target: float = 1.0, backend: Backend = "auto"
 ) -> tuple[jax.Array, jax.Array]:
     """(norms, penalties), each (B,) float32, for a pytree of (B, ...) input-gradients."""
     validation.check_kind(kind)
@@ -41,7 +45,7 @@ def per_sample_penalties(
     return norms_and_penalties(leaves, kind, target, backend)
 
 
-def grad_norms(grads: PyTree, *, backend: str = "auto") -> jax.Array:
+def grad_norms(grads: PyTree, *, backend: Backend = "auto") -> jax.Array:
     """(B,) float32 L2 norm of each sample's gradient over every leaf and non-batch element."""
     norms, _ = per_sample_penalties(grads, kind="r1", backend=backend)
     return norms
@@ -50,10 +54,10 @@ def grad_norms(grads: PyTree, *, backend: str = "auto") -> jax.Array:
 def penalty_and_norms_from_grads(
     grads: PyTree,
     *,
-    kind: str = "wgan-gp",
+    kind: Kind = "wgan-gp",
     target: float = 1.0,
     weight: float | jax.Array = DEFAULT_WEIGHT,
-    backend: str = "auto",
+    backend: Backend = "auto",
     axis_name: AxisName = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(``weight * mean_b p(n_b)`` over the global batch, (B_local,) float32 norms)."""
@@ -67,10 +71,10 @@ def penalty_and_norms_from_grads(
 def penalty_from_grads(
     grads: PyTree,
     *,
-    kind: str = "wgan-gp",
+    kind: Kind = "wgan-gp",
     target: float = 1.0,
     weight: float | jax.Array = DEFAULT_WEIGHT,
-    backend: str = "auto",
+    backend: Backend = "auto",
     axis_name: AxisName = None,
 ) -> jax.Array:
     """``weight * mean_b p(n_b)`` over the global batch, for input-gradients already computed.
@@ -92,7 +96,7 @@ def input_gradients(critic: Critic, x: PyTree) -> tuple[jax.Array, PyTree]:
     return flat, grads
 
 
-def remat_critic(critic: Critic, remat: str | None = None) -> Critic:
+def remat_critic(critic: Critic, remat: Remat = None) -> Critic:
     """``critic`` under ``jax.checkpoint`` with the named policy (``None`` returns it unchanged)."""
     validation.check_choice("remat", remat, tuple(REMAT_POLICIES))
     if remat is None:
@@ -104,13 +108,13 @@ def gradient_penalty_and_norms(
     critic: Critic,
     x: PyTree,
     *,
-    kind: str = "wgan-gp",
+    kind: Kind = "wgan-gp",
     target: float = 1.0,
     weight: float | jax.Array = DEFAULT_WEIGHT,
-    backend: str = "auto",
+    backend: Backend = "auto",
     axis_name: AxisName = None,
-    second_order: str = "reverse-over-forward",
-    remat: str | None = None,
+    second_order: SecondOrder = "reverse-over-forward",
+    remat: Remat = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Like :func:`gradient_penalty`, also returning the (B_local,) float32 input-gradient norms."""
     validation.check_kind(kind)
@@ -138,13 +142,13 @@ def gradient_penalty(
     critic: Critic,
     x: PyTree,
     *,
-    kind: str = "wgan-gp",
+    kind: Kind = "wgan-gp",
     target: float = 1.0,
     weight: float | jax.Array = DEFAULT_WEIGHT,
-    backend: str = "auto",
+    backend: Backend = "auto",
     axis_name: AxisName = None,
-    second_order: str = "reverse-over-forward",
-    remat: str | None = None,
+    second_order: SecondOrder = "reverse-over-forward",
+    remat: Remat = None,
 ) -> jax.Array:
     """Gradient penalty ``weight * mean_b p(||∂D(x)_b / ∂x_b||)`` of ``critic`` at points ``x``.
 

@@ -25,7 +25,7 @@ import numpy as np
 from fastgp._interpret_mode import INTERPRET_BACKENDS
 from fastgp._reference import naive_gradient_penalty
 from fastgp._timing import interleaved_times
-from fastgp._typing import Critic, PyTree
+from fastgp._typing import Backend, Critic, Kind, PyTree, Remat, SecondOrder
 from fastgp.penalty import DEFAULT_WEIGHT, gradient_penalty
 
 PenaltyFn = Callable[[Critic, PyTree], jax.Array]  # penalty_fn(critic, x) -> scalar
@@ -47,12 +47,12 @@ class PenaltyErrors(NamedTuple):
 
 def _default_penalty_fn(
     *,
-    kind: str = "wgan-gp",
+    kind: Kind = "wgan-gp",
     target: float = 1.0,
     weight: float = DEFAULT_WEIGHT,
-    backend: str = "auto",
-    second_order: str = "reverse-over-forward",
-    remat: str | None = None,
+    backend: Backend = "auto",
+    second_order: SecondOrder = "reverse-over-forward",
+    remat: Remat = None,
 ) -> PenaltyFn:
     """``fastgp.gradient_penalty`` with these options, as ``penalty_fn(critic, x) -> scalar``."""
     return functools.partial(
@@ -187,12 +187,12 @@ def assert_penalty_matches_naive(
     x: PyTree,
     *,
     orders: int = 2,
-    kind: str = "wgan-gp",
+    kind: Kind = "wgan-gp",
     target: float = 1.0,
     weight: float = DEFAULT_WEIGHT,
-    backend: str = "auto",
-    second_order: str = "reverse-over-forward",
-    remat: str | None = None,
+    backend: Backend = "auto",
+    second_order: SecondOrder = "reverse-over-forward",
+    remat: Remat = None,
     rtol: float = 1e-5,
     penalty_fn: PenaltyFn | None = None,
     seed: int = 0,
@@ -261,7 +261,7 @@ def assert_kernels_match_naive(
     params: PyTree,
     x: PyTree,
     *,
-    backends: Sequence[str] = INTERPRET_BACKENDS,
+    backends: Sequence[Backend] = INTERPRET_BACKENDS,
     **kwargs: Any,
 ) -> dict[str, PenaltyErrors]:
     """:func:`assert_penalty_matches_naive` for each Pallas interpret-mode backend, on one device.
@@ -279,7 +279,7 @@ def assert_kernels_match_naive(
                 f"assert_kernels_match_naive sets {reserved!r} itself; use "
                 f"assert_penalty_matches_naive for one {reserved}"
             )
-    results = {}
+    results: dict[str, PenaltyErrors] = {}
     for backend in backends:
         try:
             results[backend] = assert_penalty_matches_naive(
@@ -297,12 +297,12 @@ def _penalty_steps(
     make_step: MakeStep,
     args: Sequence[Any],
     *,
-    kind: str = "wgan-gp",
+    kind: Kind = "wgan-gp",
     target: float = 1.0,
     weight: float = DEFAULT_WEIGHT,
-    backend: str = "auto",
-    second_order: str = "reverse-over-forward",
-    remat: str | None = None,
+    backend: Backend = "auto",
+    second_order: SecondOrder = "reverse-over-forward",
+    remat: Remat = None,
 ) -> dict[str, Callable[[], Any]]:
     """{"naive": call, "fastgp": call}: zero-argument calls of each step that block on its result.
 

@@ -4,13 +4,14 @@ Kernels only: no dispatch policy, no validation beyond what a kernel needs. The 
 ``fastgp.penalty``; ``penalty_math`` is the per-sample penalty as a function of the norm.
 """
 
-from .penalty_math import KINDS, penalty_of_norm, penalty_slope
+from .penalty_math import KINDS, Kind, penalty_of_norm, penalty_slope
 from .penalty_tpu import lane_sumsq, row_sumsq
 from .tiling import Blocks, generation_budget, lane_blocks, row_blocks
 
 __all__ = [
     "KINDS",
     "Blocks",
+    "Kind",
     "generation_budget",
     "lane_blocks",
     "lane_sumsq",

@@ -4,13 +4,18 @@ Plain ``jnp`` on float32 (or float64) arrays of any matching shape; it runs afte
 sums of squares, whichever backend computed them.
 """
 
+from typing import Literal, TypeAlias, get_args
+
 import jax
 import jax.numpy as jnp
 
-KINDS = ("wgan-gp", "wgan-lp", "r1")
+# The penalty kinds. Defined here, not in fastgp/, because the kernels import nothing from
+# fastgp; ``fastgp._typing.Kind`` is this alias.
+Kind: TypeAlias = Literal["wgan-gp", "wgan-lp", "r1"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
-def penalty_of_norm(sumsq: jax.Array, norm: jax.Array, kind: str, target: float) -> jax.Array:
+def penalty_of_norm(sumsq: jax.Array, norm: jax.Array, kind: Kind, target: float) -> jax.Array:
     """p(n): ``(n/t - 1)^2`` (wgan-gp), ``max(0, n/t - 1)^2`` (wgan-lp), ``n^2`` (r1)."""
     if kind == "wgan-gp":
         return jnp.square(norm * (1.0 / target) - 1.0)
@@ -21,7 +26,7 @@ def penalty_of_norm(sumsq: jax.Array, norm: jax.Array, kind: str, target: float)
     raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}")
 
 
-def penalty_slope(norm: jax.Array, kind: str, target: float) -> jax.Array:
+def penalty_slope(norm: jax.Array, kind: Kind, target: float) -> jax.Array:
     """dp/dn for :func:`penalty_of_norm`, elementwise."""
     if kind == "wgan-gp":
         return (2.0 / target) * (norm * (1.0 / target) - 1.0)

@@ -437,6 +437,14 @@ def _gone(pid):
         (["train", "--steps", "9000000000"], "--steps", "must be at most 2147483647"),
         (["train", "--seed", str(10**23)], "--seed", "must be an integer in 0..4294967295"),
         (["check", "--seed", "-1"], "--seed", "must be an integer in 0..4294967295"),
+        (["check", "--second-order", "forward"], "--second-order", "invalid choice: 'forward'"),
+        (["train", "--second-order", "forward"], "--second-order", "invalid choice: 'forward'"),
+        (["check", "--second-order", "auto"], "--second-order", "invalid choice: 'auto'"),
+        (["check", "--gp-kind", "wgan"], "--gp-kind", "invalid choice: 'wgan'"),
+        (["train", "--gp-kind", "r2"], "--gp-kind", "invalid choice: 'r2'"),
+        (["check", "--precision", "f16"], "--precision", "invalid choice: 'f16'"),
+        (["check", "--backend", "cuda"], "--backend", "invalid choice: 'cuda'"),
+        (["train", "--fused", "yes"], "--fused", "invalid choice: 'yes'"),
         (["train", "--out", __file__], "--out", "is a file, not a directory"),
         (
             ["train", "--out", os.path.join(__file__, "run")],
@@ -492,24 +500,119 @@ def test_too_many_critic_steps_name_the_steps_flag(tmp_path, capsys):
     ), err
 
 
-def test_check_forwards_dataset_digits(monkeypatch):
-    """``fastgp check --dataset digits`` reaches the self-check (conv critic) with the flag."""
+def _record_run_check(monkeypatch):
+    """``selfcheck.run_check`` replaced by a recorder: the (args, kwargs) of every call. JAX
+    starts first, with conftest's devices, so that ``--devices 2`` leaves this process's count."""
     from fastgp.train import selfcheck
 
-    seen = []
+    jax.devices()
+    calls = []
 
-    def fake_main(argv):
-        seen.append(argv)
-        return 0
+    def fake_run_check(*args, **kwargs):
+        calls.append((args, kwargs))
+        return {"ok": True}
 
-    monkeypatch.setattr(selfcheck, "main", fake_main)
-    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
-    assert main(["check", "--dataset", "digits", "--steps", "1"]) == 0
-    argv = seen[-1]
-    assert argv[argv.index("--dataset") + 1] == "digits"
-    assert selfcheck._parser().parse_args(argv).dataset == "digits"
-    assert main(["check", "--steps", "1"]) == 0
-    assert seen[-1][seen[-1].index("--dataset") + 1] == "8gaussians"
+    monkeypatch.setattr(selfcheck, "run_check", fake_run_check)
+    return calls
+
+
+def test_check_calls_run_check_with_its_flags(monkeypatch):
+    """``fastgp check`` parses once and calls run_check with every option it was given."""
+    run_check_calls = _record_run_check(monkeypatch)
+    argv = ["check", "--devices", "2", "--steps", "1", "--batch-size", "8", "--dataset", "digits"]
+    argv += ["--gp-kind", "r1", "--second-order", "reverse", "--precision", "bf16"]
+    assert main([*argv, "--backend", "xla", "--lr", "0.5", "--seed", "3", "--gp-every", "2"]) == 0
+    (args, kwargs), *_ = run_check_calls
+    assert args == (2, 1, 8)
+    assert kwargs == {
+        "backend": "xla",
+        "n_critic": 5,
+        "gp_kind": "r1",
+        "gp_every": 2,
+        "precision": "bf16",
+        "lr": 0.5,
+        "seed": 3,
+        "second_order": "reverse",
+        "dataset": "digits",
+    }
+
+
+def test_check_and_selfcheck_share_one_parser_and_its_defaults(capsys, monkeypatch):
+    """The check's defaults are run_check's: ``fastgp check`` and ``python -m
+    fastgp.train.selfcheck`` (which is ``fastgp check``) run the same check."""
+    import inspect
+
+    from fastgp.train import selfcheck
+    from fastgp.train.cli import build_parser
+
+    signature = inspect.signature(selfcheck.run_check).parameters
+    defaults = {n: p.default for n, p in signature.items() if p.kind is p.KEYWORD_ONLY}
+    assert defaults["second_order"] == "reverse-over-forward"
+    parsed = vars(build_parser().parse_args(["check"]))
+    assert {name: parsed[name] for name in defaults} == defaults
+    assert (parsed["devices"], parsed["steps"], parsed["batch_size"]) == (8, 5, 64)
+
+    run_check_calls = _record_run_check(monkeypatch)
+    assert main(["check", "--devices", "2"]) == 0
+    assert selfcheck.main(["--devices", "2"]) == 0
+    assert run_check_calls[0] == run_check_calls[1] == ((2, 5, 64), defaults)
+
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps the help at the terminal's width
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "--second-order {reverse-over-forward,reverse}" in text
+    assert "(default reverse-over-forward)" in text and "forward or" not in text
+
+    with pytest.raises(SystemExit) as exc:
+        selfcheck.main(["--second-order", "forward"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --second-order: invalid choice: 'forward'" in err, err
+
+
+def test_with_cpu_devices_carries_on_or_reruns(monkeypatch):
+    """JAX has started here (with conftest's CPU devices, or a count a test above asked for): up to
+    that count the command goes on in this process; for more it runs again in a fresh interpreter
+    with them (XLA_FLAGS), on the CPU."""
+    have = jax.device_count()
+    assert launcher.with_cpu_devices(have, "fastgp.train.cli", []) is None
+    assert launcher.with_cpu_devices(1, "fastgp.train.cli", []) is None
+    runs = []
+
+    def fake_run(command, env):
+        runs.append((command, env))
+        return subprocess.CompletedProcess(command, 7)
+
+    monkeypatch.setattr(launcher.subprocess, "run", fake_run)
+    want = str(have + 1)
+    assert (
+        launcher.with_cpu_devices(have + 1, "fastgp.train.cli", ["check", "--devices", want]) == 7
+    )
+    ((command, env),) = runs
+    assert command == [sys.executable, "-m", "fastgp.train.cli", "check", "--devices", want]
+    assert env["JAX_PLATFORMS"] == "cpu"
+    flags = [f for f in env["XLA_FLAGS"].split() if f.startswith(launcher.FORCE_FLAG)]
+    assert flags == [f"{launcher.FORCE_FLAG}={want}"]
+
+
+@pytest.mark.slow
+def test_check_after_jax_started_with_one_device_reruns_with_the_devices():
+    """A program that used JAX (one CPU device) and then calls ``selfcheck.main``: the check
+    runs again in a fresh interpreter with the devices asked for."""
+    argv = ["--devices", "2", "--steps", "1", "--batch-size", "8", "--n-critic", "1"]
+    code = (
+        "import sys, jax; assert jax.device_count() == 1; "
+        "from fastgp.train.selfcheck import main; "
+        f"sys.exit(main({[*argv, '--backend', 'xla']!r}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["ok"] is True and result["mesh"]["shape"] == [2]
 
 
 def _strict_json(text):

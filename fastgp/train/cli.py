@@ -4,9 +4,10 @@
     fastgp check --devices N [--processes P] --steps K --batch-size B [--dataset digits]
     fastgp tune MODULE:FUNCTION [--generation v5e]   (fastgp.train.tune_command)
 
-``--devices N`` gives each process N simulated CPU devices (XLA_FLAGS, set here before JAX
-starts). ``--processes P`` starts P local processes (``fastgp.train.launcher``) that form one JAX
-job over P*N devices; the command runs in each, process 0 prints and writes the outputs.
+``--devices N`` gives each process N simulated CPU devices (``launcher.with_cpu_devices``: set
+before JAX starts, or the command runs again in a fresh interpreter). ``--processes P`` starts P
+local processes (``fastgp.train.launcher``) that form one JAX job over P*N devices; the command
+runs in each, process 0 prints and writes the outputs.
 
 Exit status of ``train``: 0 done; 2 a bad flag or --out (one line naming it); 1 the run failed
 (a checkpoint or output could not be written, or training diverged); 128 + N stopped by signal N
@@ -14,18 +15,18 @@ Exit status of ``train``: 0 done; 2 a bad flag or --out (one line naming it); 1 
 """
 
 import argparse
+import inspect
 import json
 import logging
 import math
 import os
 import signal
-import subprocess
 import sys
 
 from fastgp._backends import BACKENDS
 from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
-from fastgp.train import tune_command
+from fastgp.train import selfcheck, tune_command
 from fastgp.train.data import CHECK_DATASETS, DATASETS
 from fastgp.train.launcher import (
     check_port,
@@ -33,20 +34,27 @@ from fastgp.train.launcher import (
     set_cpu_devices,
     start_distributed,
     supervise,
+    with_cpu_devices,
 )
+from fastgp.train.recipes import default_config
 from fastgp.train.state import CONFIG_SECOND_ORDER, INT32_MAX, PRECISIONS
 
 SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
 FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
 
+# The check's options and their defaults are run_check's keyword arguments: one set of defaults.
+CHECK_OPTIONS = {
+    name: p.default
+    for name, p in inspect.signature(selfcheck.run_check).parameters.items()
+    if p.kind is p.KEYWORD_ONLY
+}
+
 TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
-summary.json and orbax checkpoints to --out. Defaults are the dataset's tuned recipe
-(fastgp.train.recipes): on 8gaussians (the default) and 25gaussians it captures every mode with
-about 90% high-quality samples in 1-3 minutes of training on 2 shared CPU cores
-(benchmarks/results/train_time.md). Nothing is downloaded. With
---processes on CPU the processes talk over local TCP (gloo): a functional rehearsal of multi-host
-training, much slower than one process.
+summary.json and orbax checkpoints to --out. Defaults are the dataset's recipe
+(fastgp.train.recipes); what the recipes reach, and in what time, is in docs/trainer.md and
+benchmarks/results/. Nothing is downloaded. With --processes on CPU the processes talk over local
+TCP (gloo): a functional rehearsal of multi-host training, slower than one process.
 SIGTERM or Ctrl-C stops at the next log point with a checkpoint and the outputs (exit 128 + the
 signal number); a second one stops at once. One run at a time may use an --out."""
 
@@ -139,86 +147,102 @@ def _add_parallel_flags(p, devices=None):
     p.add_argument("--coordinator", default=None, help=argparse.SUPPRESS)
 
 
-def _add_training_flags(p, *, defaults):
-    """Flags shared by train and check; ``defaults`` maps dest -> default."""
+def _show(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _by_recipe(field: str) -> str:
+    """Each recipe's value of a ``TrainConfig`` field, for a help text: "5 for 8gaussians and
+    swissroll; 3 for 25gaussians and digits", or the one value they share."""
+    groups: dict = {}
+    for dataset in DATASETS:
+        groups.setdefault(getattr(default_config(dataset), field), []).append(dataset)
+    if len(groups) == 1:
+        return _show(next(iter(groups)))
+    return "; ".join(
+        f"{_show(value)} for "
+        + (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}")
+        for value, names in groups.items()
+    )
+
+
+def _add_training_flags(p, *, defaults, backend_help):
+    """Flags shared by train and check. ``defaults`` maps dest -> default (check: fixed ones);
+    a flag without one defaults to None, the recipe's value, which its help gives."""
+
+    def default(dest, field=None):
+        if dest in defaults:
+            return " (default %(default)s)"
+        return f" (default: {_by_recipe(field or dest)})"
+
     p.add_argument(
         "--steps",
         type=_positive_int,
         default=defaults.get("steps"),
-        help="generator iterations"
-        + (
-            " (default: the recipe's, 6000 for 8gaussians and swissroll, 9000 for digits, "
-            "10000 for 25gaussians)"
-            if "steps" not in defaults
-            else " (default %(default)s)"
-        ),
+        help="generator iterations" + default("steps", "total_steps"),
     )
     p.add_argument(
         "--batch-size",
         type=_positive_int,
         default=defaults.get("batch_size"),
-        help="GLOBAL batch, divisible by processes x devices (default: "
-        + ("%(default)s)" if "batch_size" in defaults else "256 for 2-D sets, 64 for digits)"),
+        help="GLOBAL batch, divisible by processes x devices" + default("batch_size"),
     )
     p.add_argument(
         "--n-critic",
         type=_positive_int,
         default=defaults.get("n_critic"),
-        help="critic steps per generator step"
-        + (
-            " (default %(default)s)"
-            if "n_critic" in defaults
-            else " (default 5 for 8gaussians and swissroll, 3 for 25gaussians and digits)"
-        ),
+        help="critic steps per generator step" + default("n_critic"),
     )
     p.add_argument(
         "--backend",
         choices=BACKENDS,
         default=defaults.get("backend"),
-        help=defaults.get("backend_help"),
+        help=backend_help,
     )
     p.add_argument(
         "--precision",
         choices=tuple(PRECISIONS),
         default=defaults.get("precision"),
-        help="compute dtype of both networks (default f32)",
+        help="compute dtype of both networks" + default("precision"),
     )
     p.add_argument(
         "--gp-kind",
         choices=KINDS,
         default=defaults.get("gp_kind"),
-        help="penalty: two-sided WGAN-GP, one-sided LP, or R1 (default wgan-gp)",
+        help="penalty: two-sided WGAN-GP, one-sided LP, or R1" + default("gp_kind"),
     )
     p.add_argument(
         "--gp-every",
         type=_positive_int,
         default=defaults.get("gp_every"),
-        help="apply the penalty on every k-th critic step, weight x k (default "
-        + ("%(default)s)" if "gp_every" in defaults else "4 for 25gaussians, 1 otherwise)"),
+        help="apply the penalty on every k-th critic step, weight x k" + default("gp_every"),
     )
     p.add_argument(
         "--lr",
         type=_number(0, open_low=True),
         default=defaults.get("lr"),
-        help="Adam learning rate of both networks",
+        help="Adam learning rate of both networks" + default("lr", "lr_d"),
     )
     p.add_argument(
-        "--seed", type=_seed, default=defaults.get("seed"), help=f"random seed, 0..{SEED_MAX}"
+        "--seed",
+        type=_seed,
+        default=defaults.get("seed"),
+        help=f"random seed, 0..{SEED_MAX}" + default("seed"),
     )
-    tunable = defaults.get("second_order") is None  # fastgp train; fastgp check fixes one
+    tunable = "second_order" not in defaults  # fastgp train; fastgp check fixes one
     p.add_argument(
         "--second-order",
         choices=CONFIG_SECOND_ORDER if tunable else SECOND_ORDER,
         default=defaults.get("second_order"),
         help="how the penalty's parameter gradient is taken: reverse-over-forward "
-        "(the VJP of a JVP of the critic, the default) or reverse (nested grad); "
-        "both exact"
+        "(the VJP of a JVP of the critic) or reverse (nested grad), both exact"
         + (
             "; auto: time both on this run's critic loss at start-up (checked against the "
             "naive penalty) and train with the faster"
             if tunable
             else ""
-        ),
+        )
+        + default("second_order"),
     )
 
 
@@ -242,27 +266,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_training_flags(
         train,
-        defaults={
-            "backend_help": (
-                "penalty implementation. Default auto: XLA on every platform (the compiled TPU "
-                "steps move 0.2-1.3%% fewer bytes than with the kernel); pallas forces the Pallas "
-                "kernel on TPU/GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for "
-                "checks (far slower)"
-            )
-        },
+        defaults={},
+        backend_help="penalty implementation. Default auto: XLA on every platform today (the "
+        "measurements behind it: docs/performance.md); pallas forces the Pallas kernel on TPU "
+        "and GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for checks (far slower)",
     )
     train.add_argument(
         "--gp-weight",
         type=_number(0),
         default=None,
-        help="penalty weight lambda (default 1 for 2-D sets, 10 for digits)",
+        help=f"penalty weight lambda (default: {_by_recipe('gp_weight')})",
     )
     train.add_argument(
         "--decay-fraction",
         type=_number(0, 1),
         default=None,
-        help="both learning rates decay linearly to 0 over this final fraction "
-        "of --steps (default 0.5, 0.6 for 25gaussians; 0 = constant)",
+        help="both learning rates decay linearly to 0 over this final fraction of --steps, "
+        f"0 = constant (default: {_by_recipe('decay_fraction')})",
     )
     _add_parallel_flags(train)
     train.add_argument("--out", default=None, help="output directory (default runs/<dataset>)")
@@ -314,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the generator iterations run: on = one compiled lax.scan per chunk, off = one "
         "compiled iteration per dispatch with its critic steps written out; auto (the "
         "default): on, except on CPU for networks with convolutions (digits), which XLA:CPU "
-        "runs several times slower inside a loop. The same steps and random numbers either way, "
+        "runs slower inside a loop. The same steps and random numbers either way, "
         "equal up to float rounding",
     )
     train.add_argument("--no-progress", action="store_true", help="no live progress bar")
@@ -329,27 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_training_flags(
         check,
-        defaults={
-            "steps": 5,
-            "batch_size": 64,
-            "n_critic": 5,
-            "precision": "f32",
-            "gp_kind": "wgan-gp",
-            "gp_every": 1,
-            "lr": 1e-3,
-            "seed": 0,
-            "backend": None,
-            "second_order": "reverse-over-forward",
-            "backend_help": "penalty backend (default: the kernel; tpu-interpret on CPU, xla with "
-            "--processes > 1)",
-        },
+        defaults={"steps": 5, "batch_size": 64, **CHECK_OPTIONS},
+        backend_help="penalty backend (default: the kernel, tpu-interpret on CPU and pallas on "
+        "TPU and GPU; xla with --processes > 1)",
     )
     check.add_argument(
         "--dataset",
         choices=CHECK_DATASETS,
-        default=CHECK_DATASETS[0],
-        help="8gaussians (small GELU MLPs, the default) or digits (the digits "
-        "recipe's conv critic and generator on 8x8 images)",
+        default=CHECK_OPTIONS["dataset"],
+        help="8gaussians (small GELU MLPs) or digits (the digits recipe's conv critic and "
+        "generator on 8x8 images)" + " (default %(default)s)",
     )
     _add_parallel_flags(check, devices=8)
     tune_command.add_parser(sub)
@@ -505,63 +514,24 @@ def _train(args) -> int:
 def _check(args) -> int:
     import jax
 
-    from fastgp.train import selfcheck as check
-
-    if jax.process_count() == 1:
-        argv = [
-            "--devices",
-            str(args.devices or 1),
-            "--steps",
-            str(args.steps),
-            "--batch-size",
-            str(args.batch_size),
-            "--n-critic",
-            str(args.n_critic),
-            "--gp-kind",
-            args.gp_kind,
-            "--gp-every",
-            str(args.gp_every),
-            "--precision",
-            args.precision,
-            "--lr",
-            str(args.lr),
-            "--seed",
-            str(args.seed),
-            "--second-order",
-            args.second_order,
-            "--dataset",
-            args.dataset,
-        ]
-        return check.main(argv + (["--backend", args.backend] if args.backend else []))
-    result = check.run_check(
-        len(jax.devices()),
+    if jax.local_device_count() < args.devices:
+        print(
+            f"fastgp check: error: argument --devices: {args.devices} devices per process "
+            f"requested but only {jax.local_device_count()} {jax.default_backend()} devices "
+            f"are visible",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
+    result = selfcheck.run_check(
+        args.devices if jax.process_count() == 1 else jax.device_count(),
         args.steps,
         args.batch_size,
-        backend=args.backend or "xla",
-        n_critic=args.n_critic,
-        gp_kind=args.gp_kind,
-        gp_every=args.gp_every,
-        precision=args.precision,
-        lr=args.lr,
-        seed=args.seed,
-        second_order=args.second_order,
-        dataset=args.dataset,
+        **{name: getattr(args, name) for name in CHECK_OPTIONS},
     )
-    result["processes"] = jax.process_count()
     if jax.process_index() == 0:
         print(json.dumps(result), flush=True)
     return 0 if result["ok"] else 1
-
-
-def _reexec_needed(devices) -> bool:
-    """True if JAX already started in this process with fewer CPU devices than requested."""
-    from jax._src import xla_bridge
-
-    if not xla_bridge.backends_are_initialized():
-        return False
-    import jax
-
-    return jax.default_backend() == "cpu" and len(jax.devices()) < devices
 
 
 def main(argv=None) -> int:
@@ -579,12 +549,9 @@ def main(argv=None) -> int:
     if args.processes > 1 and args.process_id is None:
         return _supervise(args, argv)
     if args.devices is not None:
-        if _reexec_needed(args.devices):
-            env = set_cpu_devices(args.devices, dict(os.environ, JAX_PLATFORMS="cpu"))
-            return subprocess.run(
-                [sys.executable, "-m", "fastgp.train.cli", *argv], env=env
-            ).returncode
-        set_cpu_devices(args.devices)
+        status = with_cpu_devices(args.devices, "fastgp.train.cli", argv)
+        if status is not None:
+            return status
     if args.process_id is not None:
         start_distributed(args.coordinator, args.processes, args.process_id)
     if args.backend == "pallas":

@@ -1,6 +1,7 @@
 """Several local processes as one JAX job: the supervisor that starts them, the set-up inside each.
 
     set_cpu_devices(n)                     XLA_FLAGS for n simulated CPU devices (before JAX starts)
+    with_cpu_devices(n, module, argv)      n simulated CPU devices here, or rerun with them -> exit
     free_port() / check_port(port)         a coordinator port for 127.0.0.1
     supervise(commands, env)               start the processes, stop all if one fails -> exit code
     start_distributed(coordinator, P, i)   inside process i: gloo collectives + distributed init
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 FORCE_FLAG = "--xla_force_host_platform_device_count"
 HEARTBEAT_S = 10  # a peer silent this long is declared dead by the coordination service
@@ -42,6 +44,28 @@ def set_cpu_devices(n: int, env=None) -> dict:
     flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(FORCE_FLAG)]
     env["XLA_FLAGS"] = " ".join(flags + [f"{FORCE_FLAG}={n}"])
     return env
+
+
+def with_cpu_devices(n: int, module: str, argv: Sequence[str]) -> int | None:
+    """Give this process ``n`` simulated CPU devices, or run the command again where it has them.
+
+    Returns None when the command can go on here: JAX's backends have not started (the count is
+    set through the public ``jax_num_cpu_devices`` option and applies when they do), or they have
+    started with at least ``n`` devices, or on a platform other than the CPU, which the count does
+    not concern. Otherwise JAX started on the CPU with fewer devices in this process (a program
+    used it before calling the command): ``python -m module *argv`` runs in a fresh interpreter on
+    the CPU with ``n`` devices, and its exit status is returned.
+    """
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+        return None
+    except RuntimeError:  # the backends have started with another count
+        if jax.default_backend() != "cpu" or jax.device_count() >= n:
+            return None
+    env = set_cpu_devices(n, dict(os.environ, JAX_PLATFORMS="cpu"))
+    return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
 
 
 def free_port() -> int:
@@ -220,4 +244,5 @@ __all__ = [
     "set_cpu_devices",
     "start_distributed",
     "supervise",
+    "with_cpu_devices",
 ]

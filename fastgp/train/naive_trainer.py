@@ -37,7 +37,8 @@ from fastgp.train.state import (
 
 
 class NaiveTrainer:
-    """Single-device reference trainer with the same interface and RNG as ``fastgp.Trainer``."""
+    """Single-device reference trainer with the same interface and random numbers as
+    ``fastgp.train.trainer.Trainer``."""
 
     def __init__(self, config: TrainConfig, generator, critic, sample_real):
         self.config = config

@@ -1,68 +1,36 @@
-"""Self-check: the sharded trainer must equal the plain one-device trainer, step for step.
+"""``fastgp check``: the sharded trainer must equal the plain one-device trainer, step for step.
 
-    python -m fastgp.train.selfcheck --devices 8 --steps 5 --batch-size 64  # JSON; exit 1 if off
-    python -m fastgp.train.selfcheck --dataset digits --devices 2 --batch-size 32  # conv critic
+    fastgp check --devices 8 --steps 5 --batch-size 64      # one JSON line; exit 1 beyond tolerance
+    python -m fastgp.train.selfcheck ARGS                   # the same as: fastgp check ARGS
 
-:func:`run_check` trains the same WGAN-GP (small MLPs on 8 Gaussians, or the digits recipe's conv
-pair on 8x8 digits) from the same seed with ``fastgp.train.trainer.Trainer`` on a
+:func:`run_check` trains the same WGAN-GP (small GELU MLPs on 8 Gaussians, or the digits recipe's
+conv pair with GELU on 8x8 digits) from the same seed with ``fastgp.train.trainer.Trainer`` on a
 ``devices``-long mesh and with ``fastgp.train.naive_trainer.NaiveTrainer`` on one device, and
-reports the largest relative differences of: every step's critic loss, penalty,
-Wasserstein estimate and generator loss (as seen by every core); each core's input-gradient norm
-mean/min/max against the same statistics of the naive per-sample norms on that core's slice of the
-global batch; the first critic and generator gradients; the parameters and the parameter updates
-(params_K - params_0) after K generator iterations.
+reports the largest relative difference of: every step's critic loss, penalty, Wasserstein
+estimate and generator loss (as seen by every core); each core's input-gradient norm mean, min and
+max against those of the naive norms on that core's slice of the global batch; the first critic
+and generator gradients; the parameters and the parameter updates after K generator iterations.
 
-A relative difference is ``max|a - b| / max|b|`` per array (the floor ``1e-6 * max|b|`` over the
-pytree keeps exactly-zero reference leaves, such as the critic's output bias gradient, finite),
-except for the parameter updates: ``|a - b|_2 / |b|_2`` per array (:func:`rel_l2_diff`). Adam
-divides each entry by its own size, so an entry whose gradient is small against its array's
-largest turns that gradient's rounding error, large relative to itself, into a difference in an
-lr-sized step; the largest entry-wise difference then measures the smallest gradient entry, not
-the sharding. Measured on the digits pair (2 devices, 2 iterations of 2 critic steps, batch 32):
-one entry of the generator's 32x1024 projection moved by 1.9e-3 of the array's largest update,
-while the array's L2 difference is 1.5e-5 and its gradients agree to 8e-7.
+A difference is ``max|a - b| / max|b|`` per array (:func:`max_rel_diff`), except for the parameter
+updates: ``|a - b|_2 / |b|_2`` per array (:func:`rel_l2_diff`), because Adam divides each entry by
+its own size and so turns the rounding of a tiny gradient entry into an lr-sized step. The
+networks use GELU, curved everywhere: with piecewise-linear activations a bias gradient that is
+exactly zero is rounding noise in float32, which Adam turns into steps of random sign.
 
-The check's networks use GELU (the recipes' use ReLU and LeakyReLU), which is curved everywhere.
-With piecewise-linear activations a hidden unit that stays in one linear piece over the whole
-batch has a bias gradient that is exactly zero in exact arithmetic (its Wasserstein terms cancel
-and the input-gradient does not depend on it); in float32 it is rounding noise, which Adam's
-normalisation turns into +-lr steps of random sign, so the two paths would disagree on that
-parameter for a reason unrelated to sharding.
-
-Tolerances, float32: the two paths do the same arithmetic except for the order of reductions
-(per-core partial sums then psum, versus one sum over the global batch) and the kernel's blocked
-sums of squares: a few ulps (1e-7 relative) per reduction. Measured over 1, 2, 3, 8 devices and
-three seeds: losses, norms and first gradients <= 3e-6, parameter updates after 5 iterations
-<= 2e-5 entry-wise (that floor is one ulp of a parameter of size ~0.1-1 against an update of
-~5e-3 with lr 1e-3); 6e-7 in L2 on 2 devices. Thresholds: 1e-5 for first gradients, 1e-4
-for values after updates, which still sit orders of magnitude below any scaling bug (a factor
-of 2 or n_devices is a difference >= 0.5).
-Digits: the penalty sees (B_local, 8, 8, 1) input-gradients; a per-core batch above 128 (e.g.
-192) splits the kernel's grid into two batch blocks, the last ragged (``kernels.tiling``).
-Measured on 2 devices, 2 iterations of 2 critic steps, global batch 32, float32: within the
-float32 bounds (parameter updates 1.5e-5 in L2; entry-wise, 3e-5 with the generator before
-and, with ReLU/LeakyReLU, 1e-4 to 2e-4). At a per-core batch of 192 the conv gradients'
-summation order alone moved float32 parameter updates by 1e-4 to 6e-4 entry-wise (Adam divides
-each entry by its own size), so that shape is checked in bfloat16.
-
-bfloat16: both paths compute in bfloat16 (the penalty's points too, so the input-gradients the
-kernel reads are bfloat16), where the order of the batch sums in the weight gradients alone moves
-values by ~1e-2; losses, norms, gradients and parameters must agree to 5e-2 ("close-ish", still
-catching any scaling bug). Parameter updates are reported but not gated in bfloat16: gradient
-entries near zero carry ~100% rounding error that Adam turns into +-lr steps.
+The two paths differ only in the order of reductions, so the bounds (:data:`TOLERANCES`) sit well
+above rounding and far below any scaling bug (a doubled or missing reduction differs by >= 0.5).
+In bfloat16 the parameters and their updates are reported, not gated. The measurements behind the
+bounds are in docs/trainer.md.
 """
 
-import argparse
 import dataclasses
-import json
-import os
-import subprocess
 import sys
 import time
 
 import jax
 import numpy as np
 
+from fastgp._typing import Backend, Kind, SecondOrder
 from fastgp.train.data import CHECK_DATASETS, load_digits, sample_toy
 from fastgp.train.models import conv_critic, conv_generator, mlp
 from fastgp.train.naive_trainer import NaiveTrainer
@@ -156,20 +124,22 @@ def run_check(
     steps: int,
     batch_size: int,
     *,
-    backend=None,
+    backend: Backend | None = None,
     n_critic: int = 5,
-    gp_kind: str = "wgan-gp",
+    gp_kind: Kind = "wgan-gp",
     gp_every: int = 1,
     precision: str = "f32",
     lr: float = 1e-3,
     seed: int = 0,
-    second_order: str = "reverse-over-forward",
+    second_order: SecondOrder = "reverse-over-forward",
     dataset: str = "8gaussians",
 ) -> dict:
     """Train ``steps`` generator iterations both ways; a JSON-ready dict with ``ok`` the verdict.
 
-    ``backend=None`` runs the Pallas kernel: "tpu-interpret" on CPU, "pallas" on TPU and GPU
-    (the default "auto" is XLA everywhere, so the check forces the kernel to exercise it).
+    These keyword arguments and their defaults are ``fastgp check``'s options (``fastgp.train.cli``
+    reads them from this signature). ``backend=None`` runs the Pallas kernel: "tpu-interpret" on
+    CPU, "pallas" on TPU and GPU (the default "auto" is XLA everywhere, so the check forces the
+    kernel to exercise it); "xla" in a job of several processes, where interpret mode cannot run.
     ``dataset``: "8gaussians" (GELU MLPs) or "digits" (conv critic and generator).
     """
     if dataset not in CHECK_DATASETS:
@@ -179,10 +149,11 @@ def run_check(
         raise ValueError(
             f"the check needs {devices} devices but only {len(available)} are "
             f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
-            f"{devices} before JAX starts (python -m fastgp.train.selfcheck does "
-            f"this)"
+            f"{devices} before JAX starts (fastgp check --devices {devices} does this)"
         )
-    if backend is None:
+    if backend is None and jax.process_count() > 1:
+        backend = "xla"
+    elif backend is None:
         backend = "tpu-interpret" if jax.default_backend() == "cpu" else "pallas"
     latent = {"latent_dim": DIGITS.fields["latent_dim"]} if dataset == "digits" else {}
     config = TrainConfig(
@@ -254,95 +225,19 @@ def run_check(
         "config": dataclasses.asdict(config),
         "dataset": dataset,
         "steps": steps,
+        "processes": jax.process_count(),
         "nonfinite_norms": int(np.sum(metrics["nonfinite"])),
         # wall time of each path, compilation included
         "seconds": {"sharded": round(sharded_seconds, 3), "naive": round(naive_seconds, 3)},
     }
 
 
-def _parser():
-    p = argparse.ArgumentParser(
-        prog="python -m fastgp.train.selfcheck", description=__doc__.split("\n")[0]
-    )
-    p.add_argument(
-        "--dataset",
-        default=CHECK_DATASETS[0],
-        choices=CHECK_DATASETS,
-        help="8gaussians (small GELU MLPs) or digits (the conv critic and generator)",
-    )
-    p.add_argument("--devices", type=int, default=8, help="mesh size (CPU devices are simulated)")
-    p.add_argument("--steps", type=int, default=5, help="generator iterations K")
-    p.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch size")
-    p.add_argument("--n-critic", type=int, default=5)
-    p.add_argument("--gp-kind", default="wgan-gp")
-    p.add_argument("--gp-every", type=int, default=1)
-    p.add_argument("--precision", default="f32")
-    p.add_argument(
-        "--backend",
-        default=None,
-        help="penalty backend (default: the kernel; tpu-interpret on CPU)",
-    )
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of both networks")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--second-order",
-        default="reverse",
-        help="penalty differentiation in the sharded trainer: reverse or forward",
-    )
-    return p
-
-
-_FORCE_FLAG = "--xla_force_host_platform_device_count"
-
-
-def _request_cpu_devices(n: int) -> bool:
-    """Ask for ``n`` simulated CPU devices; False if JAX already started with fewer devices."""
-    try:
-        jax.config.update("jax_num_cpu_devices", n)
-    except RuntimeError:  # JAX has already created its backends in this process
-        pass
-    return len(jax.devices()) >= n
-
-
-def _rerun_with_devices(n: int, argv) -> int:
-    """Run the check in a fresh interpreter that has ``n`` CPU devices; its exit code."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {_FORCE_FLAG}={n}".strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    return subprocess.run(
-        [sys.executable, "-m", "fastgp.train.selfcheck", *argv], env=env
-    ).returncode
-
-
 def main(argv=None) -> int:
-    """Parse ``argv``, run :func:`run_check`, print one JSON line; 0 within tolerance, else 1."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parser().parse_args(argv)
-    if args.devices < 1:
-        raise SystemExit(f"--devices must be >= 1, got {args.devices}")
-    if not _request_cpu_devices(args.devices):
-        if jax.default_backend() != "cpu" or _FORCE_FLAG in os.environ.get("XLA_FLAGS", ""):
-            raise SystemExit(
-                f"--devices {args.devices} requested but only "
-                f"{len(jax.devices())} {jax.default_backend()} devices are visible"
-            )
-        return _rerun_with_devices(args.devices, argv)
-    result = run_check(
-        args.devices,
-        args.steps,
-        args.batch_size,
-        backend=args.backend,
-        n_critic=args.n_critic,
-        gp_kind=args.gp_kind,
-        gp_every=args.gp_every,
-        precision=args.precision,
-        lr=args.lr,
-        seed=args.seed,
-        second_order=args.second_order,
-        dataset=args.dataset,
-    )
-    print(json.dumps(result), flush=True)
-    return 0 if result["ok"] else 1
+    """``python -m fastgp.train.selfcheck ARGS``: ``fastgp check ARGS``, the one parser and set of
+    defaults. Prints one JSON line; returns 0 within tolerance, 1 beyond it (a bad flag exits 2)."""
+    from fastgp.train import cli
+
+    return cli.main(["check", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
