@@ -6,6 +6,7 @@ The library is this package minus ``fastgp.train`` (the training application):
     penalty = gradient_penalty(lambda x: critic(params, x), interpolate(key, real, fake))
 """
 
+from fastgp._approximate import approximate_r1
 from fastgp._reference import naive_gradient_penalty, naive_penalty_from_grads
 from fastgp.penalty import (
     DEFAULT_WEIGHT,
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_WEIGHT",
     "SECOND_ORDER",
+    "approximate_r1",
     "grad_norms",
     "gradient_penalty",
     "gradient_penalty_and_norms",
