@@ -1,0 +1,55 @@
+"""Plain jnp attention, the oracle: every T_q x T_k array materialised, differentiated by JAX.
+
+Layout (B, T, H, D) as ``jax.nn.dot_product_attention``; ``key_mask`` (B, Tk) bool (True: a key
+to attend to); ``is_causal`` lets query i see keys j <= i. A query row with no valid key gives
+zeros (not the uniform average that a large negative bias would give).
+"""
+
+import jax
+import jax.numpy as jnp
+
+
+def naive_attention_with_lse(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    scale: float | None = None,
+    key_mask: jax.Array | None = None,
+    is_causal: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """(o (B, Tq, H, Dv) in q's dtype, lse (B, H, Tq) float32), computed in float32."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = scale * jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32))
+    valid = jnp.ones(s.shape, bool)
+    if key_mask is not None:
+        valid = valid & key_mask[:, None, None, :]
+    if is_causal:
+        valid = valid & jnp.tril(jnp.ones(s.shape[-2:], bool))
+    seen = jnp.any(valid, axis=-1)
+    m = jax.lax.stop_gradient(jnp.max(jnp.where(valid, s, -jnp.inf), axis=-1))
+    m = jnp.where(seen, m, 0.0)
+    e = jnp.where(valid, jnp.exp(jnp.where(valid, s - m[..., None], 0.0)), 0.0)
+    total = jnp.sum(e, axis=-1)
+    safe = jnp.where(seen, total, 1.0)
+    p = e / safe[..., None]
+    o = jnp.einsum("bhqk,bkhd->bqhd", p, v.astype(jnp.float32))
+    lse = jnp.where(seen, m + jnp.log(safe), 0.0)
+    return o.astype(q.dtype), lse
+
+
+def naive_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    scale: float | None = None,
+    key_mask: jax.Array | None = None,
+    is_causal: bool = False,
+) -> jax.Array:
+    """(B, Tq, H, Dv) softmax(scale q kᵀ) v in q's dtype (see the module docstring)."""
+    o, _ = naive_attention_with_lse(q, k, v, scale=scale, key_mask=key_mask, is_causal=is_causal)
+    return o
+
+
+__all__ = ["naive_attention", "naive_attention_with_lse"]

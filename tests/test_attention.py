@@ -1,0 +1,210 @@
+"""fastgp.attention equals plain jnp attention under nested autodiff, to third order.
+
+Oracle: ``fastgp.naive_attention`` (every T_q x T_k array materialised, differentiated by JAX).
+Every rule is exercised: the value, the VJP (first-order reverse), the JVP, both Hessian-vector
+products (forward-over-reverse, reverse-over-reverse: the VJP of the VJP), reverse-over-forward
+(the VJP of the JVP, the penalty's default), and a third derivative; over ragged T, T_q != T_k,
+one and several heads, head dims 32/64/128, causal and key-padding masks, and vmap.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fastgp
+from fastgp import _attention_blockwise as blockwise
+
+RTOL = 1e-5
+BACKENDS = ["xla", "interpret"]
+
+
+def rel_err(got, want):
+    got, want = jax.tree.leaves(got), jax.tree.leaves(want)
+    assert len(got) == len(want)
+    return max(
+        float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
+        / max(float(np.max(np.abs(np.asarray(w, np.float64)))), 1e-30)
+        for g, w in zip(got, want, strict=True)
+    )
+
+
+def inputs(b, tq, tk, h, d, dtype=jnp.float32, seed=0, padding=False):
+    ks = jax.random.split(jax.random.PRNGKey(seed), 8)
+    q = jax.random.normal(ks[0], (b, tq, h, d), dtype)
+    k = jax.random.normal(ks[1], (b, tk, h, d), dtype)
+    v = jax.random.normal(ks[2], (b, tk, h, d), dtype)
+    mask = None
+    if padding:
+        mask = jax.random.uniform(ks[3], (b, tk)) > 0.3
+        mask = mask.at[:, 0].set(True)  # every query has a key (a row without one is tested apart)
+    tangents = tuple(jax.random.normal(ks[4 + i], x.shape, dtype) for i, x in enumerate((q, k, v)))
+    return (q, k, v), mask, tangents
+
+
+def pair(mask, causal, backend):
+    ours = lambda q, k, v: fastgp.attention(q, k, v, mask=mask, is_causal=causal, backend=backend)
+    naive = lambda q, k, v: fastgp.naive_attention(q, k, v, key_mask=mask, is_causal=causal)
+    return ours, naive
+
+
+def scalar_loss(fn):
+    return lambda q, k, v: jnp.sum(jnp.sin(fn(q, k, v)))
+
+
+def derivatives(fn, args, tangents):
+    """Every derivative the penalty and a user's nested autodiff take, as a dict of pytrees."""
+    loss = scalar_loss(fn)
+    grad = jax.grad(loss, argnums=(0, 1, 2))
+    ct = jnp.cos(fn(*args))
+    return {
+        "value": fn(*args),
+        "jvp": jax.jvp(fn, args, tangents)[1],
+        "vjp": jax.vjp(fn, *args)[1](ct),
+        "hvp forward-over-reverse": jax.jvp(grad, args, tangents)[1],
+        "hvp reverse-over-reverse": jax.grad(
+            lambda *a: sum(jnp.vdot(g, t) for g, t in zip(grad(*a), tangents, strict=True)),
+            argnums=(0, 1, 2),
+        )(*args),
+        "reverse-over-forward": jax.grad(
+            lambda *a: jnp.sum(jnp.sin(jax.jvp(fn, a, tangents)[1])), argnums=(0, 1, 2)
+        )(*args),
+    }
+
+
+CASES = [
+    # b, tq, tk, h, d, causal, padding
+    (2, 37, 53, 2, 32, False, True),  # ragged, T_q != T_k, key padding
+    (1, 64, 64, 1, 64, True, False),  # one head, causal
+    (2, 29, 29, 3, 128, True, True),  # head dim 128, causal and padding
+    (1, 20, 700, 2, 32, False, False),  # more keys than one block of the XLA loop
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}-tq{}-tk{}-h{}-d{}-c{}-m{}".format(*c))
+def test_every_derivative_matches_nested_autodiff(case, backend):
+    b, tq, tk, h, d, causal, padding = case
+    args, mask, tangents = inputs(b, tq, tk, h, d, padding=padding)
+    ours, naive = pair(mask, causal, backend)
+    got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
+    for name in want:
+        assert rel_err(got[name], want[name]) < RTOL, name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_third_derivative(backend):
+    args, mask, tangents = inputs(1, 9, 13, 2, 32, padding=True)
+
+    def third(fn):
+        loss = scalar_loss(fn)
+        hvp = lambda q: jax.jvp(lambda y: jax.grad(loss)(y, *args[1:]), (q,), (tangents[0],))[1]
+        return jax.grad(lambda q: jnp.vdot(hvp(q), tangents[0]))(args[0])
+
+    ours, naive = pair(mask, True, backend)
+    assert rel_err(third(ours), third(naive)) < 5 * RTOL  # four chained float32 passes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bf16_inputs_against_float32(backend):
+    args, mask, _ = inputs(2, 40, 48, 2, 64, jnp.bfloat16, padding=True)
+    wide = tuple(x.astype(jnp.float32) for x in args)
+    ours, _ = pair(mask, True, backend)
+    _, naive = pair(mask, True, "xla")
+    out = ours(*args)
+    assert out.dtype == jnp.bfloat16
+    assert rel_err(out, naive(*wide)) < 2e-2
+    ct = jnp.ones(out.shape, jnp.bfloat16)
+    grads = jax.vjp(ours, *args)[1](ct)
+    assert all(g.dtype == jnp.bfloat16 for g in grads)
+    assert rel_err(grads, jax.vjp(naive, *wide)[1](ct.astype(jnp.float32))) < 3e-2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vmap_matches_the_batch(backend):
+    args, mask, _ = inputs(3, 17, 19, 2, 32, padding=True)
+    unmasked, unmasked_naive = pair(None, False, backend)
+    one_each = jax.vmap(lambda q, k, v: unmasked(q[None], k[None], v[None])[0])
+    assert rel_err(one_each(*args), unmasked_naive(*args)) < RTOL
+    per_sample_mask = jax.vmap(
+        lambda q, k, v, m: fastgp.attention(
+            q[None], k[None], v[None], mask=m[None], backend=backend
+        )[0]
+    )
+    ours, naive = pair(mask, False, backend)
+    assert rel_err(per_sample_mask(*args, mask), naive(*args)) < RTOL
+    grad_in_vmap = jax.vmap(jax.grad(scalar_loss(ours)), in_axes=(0, None, None))
+    want = jax.vmap(jax.grad(scalar_loss(naive)), in_axes=(0, None, None))
+    many_q = jnp.stack([args[0], 2 * args[0]])
+    assert rel_err(grad_in_vmap(many_q, *args[1:]), want(many_q, *args[1:])) < RTOL
+
+
+def test_a_query_with_no_key_gets_zeros_and_finite_derivatives():
+    args, _, tangents = inputs(2, 8, 8, 1, 32)
+    mask = jnp.ones((2, 8), bool).at[1].set(False)
+    ours, naive = pair(mask, False, "xla")
+    out = ours(*args)
+    assert np.all(np.asarray(out[1]) == 0)
+    got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
+    for name in want:
+        assert np.all(np.isfinite(np.asarray(jax.tree.leaves(got[name])[0])))
+        assert rel_err(got[name], want[name]) < RTOL, name
+
+
+def test_blockwise_memory_is_linear_in_the_sequence():
+    """The compiled second-order step through fastgp.attention holds no T x T array: its
+    temporaries double when T doubles, where plain jnp attention's quadruple."""
+
+    def temp_bytes(att, t):
+        h, d = 2, 32
+
+        def critic(w, x):
+            qkv = (x @ w).reshape(*x.shape[:2], 3, h, d)
+            return jnp.mean(att(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]), axis=(1, 2, 3))
+
+        w = jnp.ones((16, 3 * h * d)) * 0.01
+        x = jax.ShapeDtypeStruct((2, t, 16), jnp.float32)
+        step = jax.jit(jax.grad(lambda w, x: fastgp.gradient_penalty(lambda y: critic(w, y), x)))
+        return step.lower(w, x).compile().memory_analysis().temp_size_in_bytes
+
+    ours = lambda q, k, v: fastgp.attention(q, k, v, backend="xla")
+    ratio_ours = temp_bytes(ours, 4096) / temp_bytes(ours, 2048)
+    ratio_naive = temp_bytes(fastgp.naive_attention, 2048) / temp_bytes(
+        fastgp.naive_attention, 1024
+    )
+    assert ratio_ours < 2.3, ratio_ours
+    assert ratio_naive > 3.5, ratio_naive  # the yardstick: T x T arrays do quadruple
+
+
+def test_bad_inputs_name_the_problem():
+    q = jnp.ones((2, 8, 2, 16))
+    with pytest.raises(ValueError, match="batch, tokens, heads, head_dim"):
+        fastgp.attention(q[0], q, q)
+    with pytest.raises(ValueError, match="share a dtype"):
+        fastgp.attention(q, q.astype(jnp.bfloat16), q)
+    with pytest.raises(ValueError, match="not a key-padding mask"):
+        fastgp.attention(q, q, q, mask=jnp.ones((2, 1, 8, 8), bool))
+    with pytest.raises(ValueError, match="boolean"):
+        fastgp.attention(q, q, q, mask=jnp.ones((2, 8)))
+    with pytest.raises(ValueError, match="unknown backend"):
+        fastgp.attention(q, q, q, backend="cuda")
+    with pytest.raises(ValueError, match="dropout"):
+        fastgp.attention(q, q, q, dropout_rate=0.1, deterministic=False)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        fastgp.attention(q, q, q, window=4)
+
+
+def test_blockwise_passes_are_each_others_transposes():
+    """⟨tangent(ẋ), ȳ⟩ = ⟨ẋ, vjp(ȳ)⟩ for the blockwise passes (the closure the rules rely on)."""
+    ks = jax.random.split(jax.random.PRNGKey(3), 8)
+    q, k, v = (jax.random.normal(ks[i], (1, 2, 16 if i == 0 else 24, 8)) for i in range(3))
+    mask = jnp.arange(24)[None] < 20
+    kw = dict(scale=0.4, causal=True, block_k=8)
+    o, lse = blockwise.forward(q, k, v, mask, **kw)
+    dots = [jax.random.normal(ks[3 + i], x.shape) for i, x in enumerate((q, k, v))]
+    g_o, g_lse = jax.random.normal(ks[6], o.shape), jax.random.normal(ks[7], lse.shape)
+    do, dlse = blockwise.tangent(q, k, v, o, lse, mask, *dots, **kw)
+    back = blockwise.vjp(q, k, v, o, lse, mask, g_o, g_lse, **kw)
+    lhs = jnp.vdot(do, g_o) + jnp.vdot(dlse, g_lse)
+    rhs = sum(jnp.vdot(a, b) for a, b in zip(dots, back, strict=True))
+    np.testing.assert_allclose(lhs, rhs, rtol=1e-5)
