@@ -37,7 +37,7 @@ from fastgp.train.launcher import (
     with_cpu_devices,
 )
 from fastgp.train.recipes import default_config
-from fastgp.train.state import CONFIG_SECOND_ORDER, INT32_MAX, PRECISIONS
+from fastgp.train.state import CONFIG_SECOND_ORDER, INT32_MAX, PRECISIONS, TRAIN_KINDS
 
 SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
 FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
@@ -207,9 +207,11 @@ def _add_training_flags(p, *, defaults, backend_help):
     )
     p.add_argument(
         "--gp-kind",
-        choices=KINDS,
+        choices=TRAIN_KINDS if "second_order" not in defaults else KINDS,  # check: exact only
         default=defaults.get("gp_kind"),
-        help="penalty: two-sided WGAN-GP, one-sided LP, or R1" + default("gp_kind"),
+        help="penalty: two-sided WGAN-GP, one-sided LP, R1, or (train only) approximate-r1, "
+        "the finite-difference R1 of fastgp.approximate_r1 with noise --gp-sigma (first-order "
+        "autodiff only; R1 with weight about gp_weight x sigma^2)" + default("gp_kind"),
     )
     p.add_argument(
         "--gp-every",
@@ -276,6 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_number(0),
         default=None,
         help=f"penalty weight lambda (default: {_by_recipe('gp_weight')})",
+    )
+    train.add_argument(
+        "--gp-sigma",
+        type=_number(0, open_low=True),
+        default=None,
+        help="noise standard deviation of --gp-kind approximate-r1 "
+        f"(default: {_by_recipe('gp_sigma')})",
     )
     train.add_argument(
         "--decay-fraction",
@@ -480,6 +489,7 @@ def _train(args) -> int:
         "gp_kind": args.gp_kind,
         "gp_every": args.gp_every,
         "gp_weight": args.gp_weight,
+        "gp_sigma": args.gp_sigma,
         "seed": args.seed,
         "lr_g": args.lr,
         "lr_d": args.lr,

@@ -87,7 +87,8 @@ def _loss_panel(ax, records):
 
 
 def _norm_curve_panel(ax, records):
-    rows = [r for r in records if r.get("norm_mean") is not None]
+    # Rows with a measured norm (none under gp_kind approximate-r1, which takes no input-gradient).
+    rows = [r for r in records if any(v is not None for v in r.get("norm_mean") or ())]
     steps = [r["step"] for r in rows]
     for name, style, combine in (
         ("norm_mean", "-", np.nanmean),

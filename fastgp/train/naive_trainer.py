@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fastgp import approximate_r1
 from fastgp._reference import naive_grad_norms, naive_gradient_penalty
 from fastgp.train.state import (
     TrainConfig,
@@ -95,6 +96,10 @@ class NaiveTrainer:
         wasserstein = jnp.mean(critic(real)) - jnp.mean(critic(fake))
         if not apply_gp:
             return -wasserstein, (wasserstein, jnp.float32(0.0), None)
+        if cfg.gp_kind == "approximate-r1":
+            points = real.astype(cfg.dtype)
+            penalty = approximate_r1(critic, points, k_alpha, sigma=cfg.gp_sigma, weight=weight)
+            return penalty - wasserstein, (wasserstein, penalty, None)
         if cfg.gp_kind == "r1":
             points = real
         else:
@@ -114,7 +119,7 @@ class NaiveTrainer:
         (loss, (wasserstein, penalty, points)), grads = jax.value_and_grad(
             self._critic_loss, has_aux=True
         )(state.d_params, state.g_params, real, keys, weight, apply_gp)
-        if apply_gp:
+        if apply_gp and points is not None:
             input_grads = jax.grad(lambda x: jnp.sum(self._scores(state.d_params, x)))(points)
             norms = naive_grad_norms(input_grads)
         else:

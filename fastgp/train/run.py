@@ -62,6 +62,7 @@ FLAGS = {
     "gp_kind": "--gp-kind",
     "second_order": "--second-order",
     "gp_weight": "--gp-weight",
+    "gp_sigma": "--gp-sigma",
     "seed": "--seed",
     "n_critic": "--n-critic",
     "lr_g": "--lr",

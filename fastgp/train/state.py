@@ -28,6 +28,8 @@ from fastgp.penalty import SECOND_ORDER
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 # "auto": fastgp.train.penalty_tuning picks one of SECOND_ORDER at start-up, before the Trainer.
+# The exact kinds, and fastgp.approximate_r1 at the reals (first-order autodiff only).
+TRAIN_KINDS = (*KINDS, "approximate-r1")
 CONFIG_SECOND_ORDER = (*SECOND_ORDER, "auto")
 INT32_MAX = 2**31 - 1  # iteration and optimiser step counters are int32
 # jax.random.PRNGKey takes a C long; evaluation keys use seed + 10_000.
@@ -54,6 +56,9 @@ class TrainConfig:
     the last ``decay_fraction`` of ``total_steps`` generator iterations (the critic's schedule
     counts its ``n_critic`` steps per iteration); ``total_steps`` is only used for that.
     ``second_order="auto"`` must be resolved (``fastgp.train.penalty_tuning``) before training.
+    ``gp_kind="approximate-r1"`` is ``fastgp.approximate_r1`` at the reals with noise ``gp_sigma``
+    (R1 with weight about ``gp_weight * gp_sigma**2``); it takes no input-gradient, so its norm
+    statistics are NaN, and ``second_order`` does not apply to it.
     """
 
     batch_size: int = 64
@@ -62,6 +67,7 @@ class TrainConfig:
     gp_target: float = 1.0
     gp_weight: float = 10.0
     gp_every: int = 1
+    gp_sigma: float = 0.01
     lr_g: float = 1e-4
     lr_d: float = 1e-4
     betas: tuple = (0.5, 0.9)
@@ -80,9 +86,9 @@ class TrainConfig:
                 raise ConfigError(
                     name, f"{name} must be a positive integer <= {INT32_MAX}, got {value!r}"
                 )
-        if self.gp_kind not in KINDS:
+        if self.gp_kind not in TRAIN_KINDS:
             raise ConfigError(
-                "gp_kind", f"unknown gp_kind {self.gp_kind!r}; expected one of {KINDS}"
+                "gp_kind", f"unknown gp_kind {self.gp_kind!r}; expected one of {TRAIN_KINDS}"
             )
         if self.precision not in PRECISIONS:
             raise ConfigError(
@@ -93,7 +99,7 @@ class TrainConfig:
             raise ConfigError(
                 "backend", f"unknown backend {self.backend!r}; expected one of {BACKENDS}"
             )
-        for name in ("gp_target", "lr_g", "lr_d"):
+        for name in ("gp_target", "gp_sigma", "lr_g", "lr_d"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(name, f"{name} must be a finite positive number, got {value!r}")
@@ -121,6 +127,12 @@ class TrainConfig:
                 "second_order",
                 f"unknown second_order {self.second_order!r}; expected one of "
                 f"{CONFIG_SECOND_ORDER}",
+            )
+        if self.gp_kind == "approximate-r1" and self.second_order == "auto":
+            raise ConfigError(
+                ("gp_kind", "second_order"),
+                "second_order='auto' times the exact penalty's second orders; "
+                "gp_kind='approximate-r1' takes first-order autodiff only",
             )
         if not (isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1):
             raise ConfigError(
@@ -241,6 +253,7 @@ __all__ = [
     "INT32_MAX",
     "PRECISIONS",
     "SEED_RANGE",
+    "TRAIN_KINDS",
     "ConfigError",
     "TrainConfig",
     "TrainState",

@@ -53,6 +53,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fastgp import approximate_r1
 from fastgp._interpret_mode import blocking, check_backend_for_manual_axes
 from fastgp.distributed import global_batch_slice, global_mean
 from fastgp.penalty import gradient_penalty_and_norms, interpolate
@@ -262,6 +263,17 @@ class Trainer:
         wasserstein = global_mean(critic(real) - critic(fake), AXIS)
         if not apply_gp:
             penalty, stats = jnp.float32(0.0), diagnostics.skipped_norm_stats(AXIS)
+        elif self.config.gp_kind == "approximate-r1":  # no input-gradient: no norms to report
+            cfg = self.config
+            penalty = approximate_r1(
+                critic,
+                real.astype(cfg.dtype),
+                k_alpha,
+                sigma=cfg.gp_sigma,
+                weight=weight,
+                axis_name=AXIS,
+            )
+            stats = diagnostics.skipped_norm_stats(AXIS)
         else:
             cfg = self.config
             points = (
