@@ -1,8 +1,8 @@
 """Quality of generated 8x8 digits: two-sample tests, a feature distance, classifier confidence
 and the classes covered, each figure with the pixel noise it is equivalent to.
 
-    metric = DigitQuality()   # splits the digits, fits the classifiers, measures the floors (~10 s)
-    metric(samples)           # (N, 8, 8, 1) or (N, 64) in [-1, 1], N >= 898 -> one dict (~4 s):
+    metric = DigitQuality()   # splits the digits, fits the classifiers, measures the floors
+    metric(samples)           # (N, 8, 8, 1) or (N, 64) in [-1, 1], N >= 898 -> one dict:
       c2st_accuracy, c2st_floor  the stronger of the two C2STs below; the same on real vs real
       c2st_svm, c2st_mlp         the two C2STs (RBF SVM, MLP on raw pixels), 5-fold
       c2st_sigma                 sigma of the pixel noise whose calibration C2ST is c2st_accuracy
@@ -17,26 +17,24 @@ scikit-learn's 1797 digits are split into two class-stratified halves (fixed ``s
 split of seed 0), the second is the held-out real reference. Every ``*_floor`` is the figure of
 the first half itself, each digit once: what 898 fresh draws of real digits score. A generator
 that reproduces its training half exactly draws those digits with replacement, and scores worse
-(``digit_calibration``'s resampled row; over split seeds 0-4, three draws of 8 sets each, its
-C2ST is 0.09-0.14 and its Frechet distance 0.24-0.41 above the floors).
+(``digit_calibration``'s resampled row, above the floors on every split seed and draw: a test).
 
 C2ST (classifier two-sample test, Lopez-Paz & Oquab 2017): the first n samples (n = 898, the
 held-out half) labelled 0, the held-out digits 1; the 5-fold cross-validated accuracy of a
 classifier told to separate them (0.5: indistinguishable, 1.0: every sample told apart), for an
 RBF SVM (C = 10, kernel width sklearn's "scale" of the real digits) and an MLP (128 ReLU units,
-50 epochs); ``c2st_accuracy`` is the larger. It sees pixel grain: clipped noise of sigma 0.05
-(0.4 of the 16 grey levels) scores 0.70 against a floor of 0.50.
+50 epochs); ``c2st_accuracy`` is the larger. It sees pixel grain (the calibration's noise rows).
 
 Digit classifier: an MLP (64 ReLU units) fitted on the held-out half, so the samples and the floor
-are equally unseen by it (97.9 % accurate on the first half). Its labels give the coverage
+are equally unseen by it. Its labels give the coverage
 (``class_entropy`` = entropy / log 10; ``classes_covered``: classes with >= 2.5 % of all
 samples); ``confidence`` is its mean top-class probability; ``frechet_distance`` is the Frechet
 distance between Gaussians fitted to its hidden activations of the samples and of the held-out
 digits (FID's recipe, with this classifier in place of Inception). Both see shapes and classes,
 hardly grain. With 898 samples a side the distance is mostly finite-sample error (the floor), and
-one generator's disjoint sets of 898 samples spread by 0.2-0.5, more than the calibration's steps
-from sigma 0 to 0.1; so it is averaged over every whole set of 898 samples given, each set
-scored as the floor is (same size, same bias), and callers pass ``sets_wanted`` of them.
+one generator's disjoint sets of 898 samples spread by more than the calibration's steps from
+sigma 0 to 0.1 (docs/trainer.md); so it is averaged over every whole set of 898 samples given,
+each set scored as the floor is (same size, same bias), and callers pass ``sets_wanted`` of them.
 
 ``*_sigma``: the sigma of the clipped Gaussian pixel noise whose calibration row scores the
 figure (``NOISE_CURVE``: seed 0, the first half + N(0, sigma^2) clipped to [-1, 1]; the table in
@@ -69,7 +67,7 @@ NOISE_CURVE = {
 
 @contextlib.contextmanager
 def _quiet_sklearn():
-    """One BLAS thread (sklearn's MLPs run 30x slower on 2 shared cores with more) and no
+    """One BLAS thread (sklearn's MLPs run many times slower on shared cores with more) and no
     convergence warnings (the C2ST's MLP stops at a fixed epoch count on purpose)."""
     from sklearn.exceptions import ConvergenceWarning
     from threadpoolctl import threadpool_limits

@@ -56,8 +56,8 @@ class RunProgress:
             TextColumn("{task.fields[stats]}"),
             console=Console(stderr=True),
             disable=not enabled,
-            # What it shows changes once a chunk (about a second); rich's default of 10
-            # redraws a second took 2 % of a core from training.
+            # What it shows changes once a chunk; rich's default of 10 redraws a second costs
+            # a measurable share of a core that training could use.
             refresh_per_second=2,
         )
         self._task = self._progress.add_task("train", total=total, completed=start, stats="")

@@ -5,23 +5,12 @@
     default_steps(dataset)                -> generator iterations of a default run
     build_problem(dataset, config)        -> Problem(generator, critic, sample_real, image)
 
-Measured on a 2-core CPU (figures in the README). 8 Gaussians and the Swiss roll: MLPs 3x128
-ReLU, noise dim 2, penalty weight 1, Adam 2e-3 for both with betas (0.5, 0.9), batch 256,
-5 critic steps, 6000 generator iterations, both learning rates decaying linearly to 0 over the
-last half. 25 Gaussians: the same with 3x96 MLPs, 3 critic steps, the penalty on every 4th
-critic step (weight 4, lazy), 10000 iterations decaying over the last 0.6: the modes sharpen in
-the decay, so many cheap iterations beat fewer costly ones (seeds 0-2: 94.6 / 90.4 / 91.6 % high
-quality, every mode, about 2 minutes where the 8-Gaussians recipe took over 4). Digits (8x8
-images): the conv pair of ``fastgp.train.models`` (32 channels; the generator projects the noise
-to 4x4, convolves there, upsamples by repetition, convolves twice at 8x8 and ends in a stride-1
-3x3 conv clipped to [-1, 1]; the critic starts with a stride-1 conv at 8x8), noise dim 32,
-penalty weight 10, Adam 1e-3 with betas (0.5, 0.9), batch 64, 3 critic steps, 9000 generator
-iterations, linear decay over the last half; trained on the first half of the digits
-(``load_digits(split="train")``), scored by ``fastgp.train.digit_quality`` against the other:
-seed 0 C2ST 0.667, Frechet distance 0.83, confidence 0.951, at the level of a generator that
-copies its training half (0.630, 0.78, 0.973) and below real digits + clipped noise of sigma
-0.05 by the C2ST (0.704). The recipe before (a 2x2 projection, one conv per resolution, 6000
-iterations) scored 0.663, 0.86 and 0.935 on the same metric in 0.47x the time.
+The recipes are the values of ``TOY`` (8 Gaussians and the Swiss roll: ``TOY_DEPTH`` x
+``width`` ReLU MLPs), ``GRID`` (25 Gaussians: the toy recipe with narrower MLPs, fewer critic
+steps and the lazy penalty) and ``DIGITS`` (the conv pair of ``fastgp.train.models`` with
+``width`` channels, trained on ``load_digits(split="train")`` and scored by
+``fastgp.train.digit_quality`` against the other half). How they were chosen and what they
+score: docs/trainer.md.
 """
 
 from collections.abc import Callable

@@ -27,9 +27,9 @@ iterations, each a ``lax.scan`` over the critic steps: one dispatch, a program t
 with I or n_critic. Unfused: ``run`` calls ``iteration``, ONE generator iteration compiled with
 its critic steps written out (no loop in the program), I times. The default is fused, except on
 CPU for networks with a primitive of :data:`LOOP_SLOW_ON_CPU` (convolutions): XLA:CPU lays out
-the weight-gradient convolutions inside a loop body for a slow path (the digits conv pair:
-about 20x slower per iteration in the scan than written out, the pair before it 3.5-4x), and a
-dispatch per iteration costs little there. The MLP pairs run fused on CPU too: their scan
+the weight-gradient convolutions inside a loop body for a slow path (many times slower per
+iteration in the scan than written out; docs/trainer.md has the measurements), and a dispatch
+per iteration costs little there. The MLP pairs run fused on CPU too: their scan
 compiles faster and costs less CPU time per iteration than the written-out iteration
 (``benchmarks/train_time.py``). Written out, a ``gp_every`` that divides ``n_critic`` decides the
 lazy penalty of each critic step at trace time (no ``lax.cond``). ``run.lower`` lowers the fused
@@ -396,8 +396,8 @@ def _packed_value_and_grad(loss_fn, params, *args, has_aux=False):
     its transpose all-reduces each use's cotangent: one operand per weight and use. Here the
     raveled parameters are cast once, so the one all-reduce is the cast's transpose. Same sums:
     raveling is a concatenation. Why it matters: XLA:CPU's gloo collectives make one transfer
-    per operand (2-3 ms each between processes), and on any platform fewer, larger all-reduces
-    are what collective latency wants."""
+    per operand, and on any platform fewer, larger all-reduces are what collective latency
+    wants."""
     flat, unravel = ravel_pytree(params)
 
     def loss_of_flat(f):
@@ -432,7 +432,7 @@ class _Run:
             if trainer.devices > 1:
                 # XLA:CPU runs the devices' shares of queued programs on one small thread pool:
                 # with a later iteration already dispatched, an all-reduce can wait forever for
-                # participants stuck behind it (a rendezvous abort after 40 s). One program at a
+                # participants stuck behind it (until XLA's rendezvous aborts). One program at a
                 # time keeps every collective's participants runnable.
                 jax.block_until_ready(state)
             steps.append(metrics)
