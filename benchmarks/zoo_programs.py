@@ -4,9 +4,9 @@ XLA's flops and bytes, for each variant of the penalty.
     python benchmarks/zoo_programs.py [critic ...]   -> the tables of zoo_cpu.md's programs
 
 ``figures(compiled, batch)`` reads one compiled program (``jax.jit(step).lower(...).compile()``);
-``benchmarks/test_bench_zoo.py`` records it for every program it times, and ``report.py`` renders
-both in ``benchmarks/results/zoo_cpu.md``. Run as a script, it compiles (no timing) and prints
-the same tables.
+``benchmarks/test_bench_zoo.py`` records it for every program it times, and ``zoo_report.py``
+renders both in ``benchmarks/results/zoo_cpu.md``. Run as a script, it compiles (no timing) and
+prints the same tables.
 
 Counted over every computation of the optimised HLO, fused ones included (XLA:CPU keeps each
 convolution and dot as an op of its own, some inside a fusion with their elementwise epilogue):
@@ -193,8 +193,8 @@ def compile_step(spec, variant):
 def main(argv=None):
     """Compile each named zoo critic's steps (all of ``ZOO_CPU`` by default), print the tables."""
     sys.path.insert(0, str(HERE))
-    import report
     import zoo
+    import zoo_report
 
     argv = sys.argv[1:] if argv is None else argv
     programs = {}
@@ -205,7 +205,7 @@ def main(argv=None):
             start = time.perf_counter()
             programs[name][variant] = figures(compile_step(spec, variant), spec.batch)
             print(f"{name} {variant}: compiled in {time.perf_counter() - start:.1f} s", flush=True)
-    print("\n".join(report.render_zoo_programs(programs)))
+    print("\n".join(zoo_report.render_zoo_programs(programs)))
 
 
 if __name__ == "__main__":
