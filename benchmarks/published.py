@@ -1,0 +1,543 @@
+"""The figures that README.md and docs/*.md quote from benchmarks/results/, rendered from there.
+
+    python benchmarks/published.py            # print every block
+    python benchmarks/published.py --write    # rewrite the marked blocks of README.md, docs/*.md
+
+A page marks a quoted block as ``<!-- results:NAME -->`` ... ``<!-- /results:NAME -->`` (a table
+on lines of its own, or a sentence inside a paragraph); ``tests/test_figures.py`` checks that the
+text between the marks is :func:`render` of ``NAME``, so a page whose figures the results files no
+longer give fails the suite. Sources, per block (:data:`SOURCES`):
+
+    bench.json                                  the CPU zoo (report.py renders zoo_cpu.md from it)
+    zoo_tpu.json, zoo_capacity_compiles.json    the zoo compiled for v5e and v6e (zoo_tpu.md)
+    zoo_capacity.json                           the largest batch per chip (zoo_capacity.md)
+    train_time.json                             the toy runs' times and quality (train_time.md)
+    trainer_runs.json                           the digits runs, and the published toy figures
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+
+import zoo_report  # noqa: E402
+from tables import markdown_table  # noqa: E402
+
+PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+MARK = re.compile(r"<!-- results:([a-z0-9-]+) -->(.*?)<!-- /results:\1 -->", re.S)
+
+CRITICS = ("dcgan32", "resnet32", "stylegan2-64", "mlp", "lnconv32", "vit32")
+FASTGP_PATHS = ("fastgp", "fastgp-reverse", "fastgp-remat", "fastgp-dots")
+# How the pages name the paths of the benchmarks.
+LABELS = {
+    "naive": "naive",
+    "fastgp": "the default",
+    "fastgp-reverse": "reverse",
+    "fastgp-remat": 'remat="nothing"',
+    "fastgp-dots": 'remat="dots"',
+    "fastgp-pallas": 'backend="pallas"',
+    "plain": "plain",
+}
+SAME = 5e-4  # byte ratios within this of 1 are "the same"
+DASH, TIMES, PLUS_MINUS = "\N{EN DASH}", "\N{MULTIPLICATION SIGN}", "\N{PLUS-MINUS SIGN}"
+LIKE = "\N{ALMOST EQUAL TO} \N{GREEK SMALL LETTER SIGMA}"
+FRECHET = "Fr\N{LATIN SMALL LETTER E WITH ACUTE}chet"
+
+
+def _json(name):
+    return json.loads((RESULTS / name).read_text())
+
+
+class Results:
+    """The results files, each read when a block first needs it."""
+
+    def __init__(self, results=RESULTS):
+        self.dir = pathlib.Path(results)
+        self._cache = {}
+
+    def _get(self, key, load):
+        if key not in self._cache:
+            self._cache[key] = load()
+        return self._cache[key]
+
+    @property
+    def cpu(self):
+        """{critic: the paired benchmark's extra_info} of the CPU zoo in bench.json."""
+
+        def load():
+            _, groups = zoo_report.load(self.dir / "bench.json")
+            return {c: b["extra_info"] for c, b in zoo_report.zoo_benches(groups).items()}
+
+        return self._get("cpu", load)
+
+    def tpu(self, generation, critic, variant):
+        """The compiled figures of one zoo step at the zoo batch, or None if not compiled."""
+
+        def load():
+            import zoo_tpu
+
+            cache = zoo_tpu.Cache(
+                self.dir / "zoo_tpu.json", self.dir / "zoo_capacity_compiles.json"
+            )
+            return {
+                (r["generation"], r["critic"], r["variant"]): r
+                for r in zoo_tpu.at_zoo_batch(cache.records)
+            }
+
+        return self._get("tpu", load).get((generation, critic, variant))
+
+    def bytes_ratio(self, generation, critic, variant, over="naive"):
+        ours, ref = self.tpu(generation, critic, variant), self.tpu(generation, critic, over)
+        return None if ours is None or ref is None else ours["bytes"] / ref["bytes"]
+
+    def capacity(self, critic, variant):
+        """The largest batch that fitted one v5e chip (zoo_capacity.json), or None."""
+        rows = self._get("capacity", lambda: _json_in(self.dir, "zoo_capacity.json"))
+        found = [r["fits"] for r in rows if (r["critic"], r["variant"]) == (critic, variant)]
+        return found[0] if found else None
+
+    @property
+    def train_time(self):
+        return self._get("train_time", lambda: _json_in(self.dir, "train_time.json"))
+
+    @property
+    def trainer_runs(self):
+        return self._get("trainer_runs", lambda: _json_in(self.dir, "trainer_runs.json"))
+
+
+def _json_in(directory, name):
+    return json.loads((pathlib.Path(directory) / name).read_text())
+
+
+# --- the CPU zoo -------------------------------------------------------------------------------
+
+
+def fastest_exact(info):
+    """(path, its label with the ratio to naive) of the fastest fastgp path in a CPU zoo run."""
+    m, programs = info["median_s"], info.get("programs", {})
+    best = min((p for p in FASTGP_PATHS if p in m), key=m.get)
+    if best == "fastgp":
+        return best, "the default"
+    label = f"{LABELS[best]} {m[best] / m['naive']:.3f}x"
+    if set(programs) >= {"naive", *FASTGP_PATHS} and all(
+        zoo_report.same_work(programs[p], programs["naive"]) for p in FASTGP_PATHS
+    ):
+        label += " (one program: noise)"
+    elif best == "fastgp-reverse" and zoo_report.same_work(programs[best], programs["naive"]):
+        label += " (naive's program)"
+    return best, label
+
+
+def _cpu_ratio(info, path="fastgp"):
+    return info["median_s"][path] / info["median_s"]["naive"]
+
+
+def _by_cpu_ratio(results):
+    return sorted(results.cpu, key=lambda c: _cpu_ratio(results.cpu[c]))
+
+
+def zoo_summary(results):
+    """README's and performance.md's table: CPU times and v5e figures per critic."""
+    rows = []
+    for critic in _by_cpu_ratio(results):
+        info = results.cpu[critic]
+        naive, ours = (results.tpu("v5e", critic, v) for v in ("naive", "fastgp"))
+        rows.append(
+            [
+                critic,
+                f"{_cpu_ratio(info):.3f}x",
+                fastest_exact(info)[1],
+                f"{ours['bytes'] / naive['bytes']:.4f}x",
+                f"{ours['flops'] / naive['flops']:.4f}x",
+                f"{naive['copies']} / {ours['copies']}",
+                " / ".join(
+                    str(results.capacity(critic, v)) for v in ("naive", "fastgp", "fastgp-remat")
+                ),
+            ]
+        )
+    return markdown_table(
+        [
+            "critic",
+            "CPU: fastgp / naive",
+            "CPU: fastest exact (/ naive)",
+            "v5e: fastgp bytes / naive",
+            "v5e: flops",
+            "v5e copies naive / fastgp",
+            "v5e batch per chip: naive / fastgp / remat",
+        ],
+        rows,
+    )
+
+
+def zoo_cpu(results):
+    """performance.md's CPU table: ratios and what XLA's cost analysis says of the programs."""
+    rows = []
+    for critic in _by_cpu_ratio(results):
+        info = results.cpu[critic]
+        ours, ref = info["programs"]["fastgp"], info["programs"]["naive"]
+        rows.append(
+            [
+                f"{critic} ({info['batch']})",
+                f"{_cpu_ratio(info):.3f}x",
+                fastest_exact(info)[1],
+                f"{_cpu_ratio(info, 'fastgp-reverse'):.3f}x",
+                f"{ours['flops'] / ref['flops']:.2f}x",
+                f"{ours['bytes'] / ref['bytes']:.2f}x",
+                f"{ref['transpose']} / {ours['transpose']}",
+            ]
+        )
+    return markdown_table(
+        [
+            "critic (CPU batch)",
+            "fastgp / naive",
+            "fastest exact path (/ naive)",
+            "fastgp-reverse / naive (the spread)",
+            "XLA flops fastgp / naive",
+            "bytes",
+            "transposes naive / fastgp",
+        ],
+        rows,
+    )
+
+
+def _range(values, fmt="{:.3f}"):
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}{DASH}{hi}"
+
+
+def zoo_headline(results):
+    """The README's sentence: the CPU step ratios and the TPU bytes over the whole zoo."""
+    cpu = {c: _cpu_ratio(i) for c, i in results.cpu.items()}
+    low, high = min(cpu, key=cpu.get), max(cpu, key=cpu.get)
+    moved = {
+        g: [results.bytes_ratio(g, c, "fastgp") for c in CRITICS if results.tpu(g, c, "fastgp")]
+        for g in ("v5e", "v6e")
+    }
+    return (
+        f"over the zoo's {len(cpu)} critics the whole critic step costs {cpu[low]:.3f}x "
+        f"({low}) to {cpu[high]:.3f}x ({high}) the nested-`jax.grad` step on XLA:CPU, and moves "
+        f"{_range(moved['v5e'])}x its bytes in the TPU v5e compiler, "
+        f"{_range(moved['v6e'])}x in v6e's"
+    )
+
+
+def _percent_groups(results, generation):
+    """{'fewer' / 'the same' / 'more': [(critic, |ratio - 1|)]} of the Pallas step's bytes
+    against the default's, and the critics not compiled."""
+    groups, missing = {"fewer": [], "the same": [], "more": []}, []
+    for critic in CRITICS:
+        ratio = results.bytes_ratio(generation, critic, "fastgp-pallas", over="fastgp")
+        if ratio is None:
+            missing.append(critic)
+        elif abs(ratio - 1) < SAME:
+            groups["the same"].append((critic, 0.0))
+        else:
+            groups["fewer" if ratio < 1 else "more"].append((critic, abs(ratio - 1)))
+    return groups, missing
+
+
+def _names(items):
+    names = [c for c, _ in items]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def zoo_pallas(results):
+    """The clause on backend="pallas" against the default's step, per generation, over the zoo:
+    'on v5e fewer bytes on a and b (x-y %), as many on c and more on d (x %); on v6e ...'."""
+    parts = []
+    for generation in ("v5e", "v6e"):
+        groups, missing = _percent_groups(results, generation)
+        said = []
+        for word in ("fewer", "the same", "more"):
+            items = groups[word]
+            if word == "the same" and items:
+                said.append(f"as many on {_names(items)}")
+            elif items:
+                share = _range([100 * d for _, d in items], "{:.1f}")
+                said.append(f"{word} on {_names(items)} ({share} %)")
+        said[0] = said[0].replace(" on ", " bytes on ", 1) if not parts else said[0]
+        text = f"on {generation} " + _names([(x, 0) for x in said])
+        if missing:
+            text += f", with {_names([(c, 0) for c in missing])} not compiled"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def zoo_bytes(generation):
+    """performance.md's table of every variant's bytes over naive's on one generation; bold:
+    the fewest of an exact penalty step."""
+    variants = ("plain", "fastgp", "fastgp-reverse", "fastgp-remat", "fastgp-dots", "fastgp-pallas")
+
+    def render(results):
+        rows = []
+        for critic in ("resnet32", "dcgan32", "lnconv32", "stylegan2-64", "vit32", "mlp"):
+            cells = {}
+            for v in variants:
+                ratio = results.bytes_ratio(generation, critic, v)
+                cells[v] = "-" if ratio is None else f"{ratio:.3f}x"
+            exact = [cells[v] for v in variants[1:] if cells[v] != "-"]
+            fewest = min(exact, key=lambda c: float(c[:-1]))
+            rows.append(
+                [critic]
+                + [f"**{c}**" if v != "plain" and c == fewest else c for v, c in cells.items()]
+            )
+        head = ["critic", *(LABELS[v] for v in variants)]
+        head[2] = "default"
+        return markdown_table(head, rows)
+
+    return render
+
+
+def zoo_capacity(results):
+    """performance.md's table of the largest batch per v5e chip."""
+    rows = []
+    for critic in ("resnet32", "dcgan32", "lnconv32", "stylegan2-64", "vit32", "mlp"):
+        naive, ours, remat = (
+            results.capacity(critic, v) for v in ("naive", "fastgp", "fastgp-remat")
+        )
+        rows.append(
+            [
+                critic,
+                f"{naive:,}",
+                f"{ours:,}",
+                f"{ours / naive:.2f}x",
+                f"{remat:,}",
+                f"{remat / naive:.2f}x",
+            ]
+        )
+    return markdown_table(
+        ["critic", "naive", "default", "/ naive", 'remat="nothing"', "/ naive"], rows
+    )
+
+
+# --- the trainer -------------------------------------------------------------------------------
+
+TOY_NAMES = {"8gaussians": "8 Gaussians", "25gaussians": "25 Gaussians"}
+
+
+def _runs(results, dataset, mode):
+    return [r for r in results.train_time["runs"] if (r["dataset"], r["mode"]) == (dataset, mode)]
+
+
+def train_time(results):
+    """docs/trainer.md's table: train_time.json's runs and chunks, per dataset and mode."""
+    rows = []
+    chunks = {c["dataset"]: c["modes"] for c in results.train_time["chunks"]}
+    for dataset, name in TOY_NAMES.items():
+        for mode in ("off", "auto"):
+            runs = _runs(results, dataset, mode)
+            chunk = chunks[dataset][mode]
+            rows.append(
+                [
+                    name,
+                    mode,
+                    ", ".join(f"{r['train_s']:.1f}" for r in runs),
+                    ", ".join(f"{r['cpu_s']:.1f}" for r in runs),
+                    f"{chunk['first_chunk_s']:.1f} s (CPU {chunk['first_chunk_cpu_s']:.1f} s)",
+                    f"{chunk['wall_ms_per_step']:.2f} / {chunk['cpu_ms_per_step']:.2f}",
+                ]
+            )
+    return markdown_table(
+        [
+            "run",
+            "`--fused`",
+            f"train_s ({len(runs)} runs)",
+            "CPU s of the command",
+            "compile + first 100 steps",
+            "wall / CPU ms per step",
+        ],
+        rows,
+    )
+
+
+def _seconds(values):
+    return _range(values, "{:.0f}") + " s"
+
+
+def toy_runs(results):
+    """docs/trainer.md's toy table: the published WGAN-GP figures and train_time.json's runs of
+    the default ``--fused``."""
+    published = results.trainer_runs["published_wgan_gp"]
+    rows = []
+    for dataset, name in TOY_NAMES.items():
+        runs = _runs(results, dataset, "auto")
+        first, paper = runs[0], published[dataset]
+        total = first["total_modes"]
+        command = (
+            "`fastgp train` = `make train`"
+            if dataset == "8gaussians"
+            else (f"`fastgp train --dataset {dataset}`")
+        )
+        rows += [
+            [
+                name,
+                "published WGAN-GP (PacGAN paper)",
+                f"{paper['modes']} / {total}",
+                f"{paper['high_quality']} %",
+                "",
+            ],
+            [
+                name,
+                f"{command} (seed 0)",
+                f"**{first['modes']} / {total}**",
+                f"**{first['high_quality']:.1f} %**",
+                ", ".join(f"{r['train_s']:.1f}" for r in runs),
+            ],
+        ]
+    head = ["data", "run", "modes", "high quality", "train_s (train_time.json)"]
+    return markdown_table(head, rows)
+
+
+def _digits(results, recipe):
+    return [r for r in results.trainer_runs["digits"] if r["recipe"] == recipe]
+
+
+def trainer_runs(results):
+    """README's table of the default runs, seed 0: train_time.json's toy runs (the default
+    ``--fused``) and trainer_runs.json's digits run, beside the published WGAN-GP figures."""
+    published = results.trainer_runs["published_wgan_gp"]
+    rows = []
+    for dataset, command in (
+        ("8gaussians", "`make train` (8 Gaussians)"),
+        ("25gaussians", "`fastgp train --dataset 25gaussians`"),
+    ):
+        runs = _runs(results, dataset, "auto")
+        first, paper = runs[0], published[dataset]
+        quality = (
+            f"{first['modes']} / {first['total_modes']} modes, {first['high_quality']:.1f} % high "
+            f"quality (published WGAN-GP: {paper['modes']} / {first['total_modes']}, "
+            f"{paper['high_quality']} %)"
+        )
+        rows.append([command, quality, _seconds([r["train_s"] for r in runs])])
+    (digits,), previous = _digits(results, "default")[:1], _digits(results, "previous")
+    m = digits["metric"]
+    quality = (
+        f"C2ST {m['c2st_accuracy']:.3f} ({LIKE[0]} real + {LIKE[-1]} {m['c2st_sigma']:.3f} "
+        f"noise), {FRECHET} {m['frechet_distance']:.2f}, confidence {m['confidence']:.3f}, "
+        f"{m['classes_covered']} / 10 classes"
+    )
+    time = _seconds([digits["train_s"]])
+    if previous:
+        time += f" (the recipe before: {_seconds([previous[0]['train_s']])} in the same hour)"
+    rows.append([f"`fastgp train --dataset digits` (8{TIMES}8)", quality, time])
+    return markdown_table(["run", "quality", "train time"], rows)
+
+
+def _with_floor(value, floor, first):
+    return f"{value} ({floor})" if first else value
+
+
+def digits_runs(results):
+    """docs/trainer.md's table of the digits runs of trainer_runs.json."""
+    rows = []
+    for i, run in enumerate(results.trainer_runs["digits"]):
+        m, first = run["metric"], i == 0
+        rows.append(
+            [
+                run["run"],
+                _with_floor(f"{m['c2st_accuracy']:.3f}", f"{m['c2st_floor']:.3f}", first),
+                f"{m['c2st_sigma']:.3f}",
+                _with_floor(
+                    f"{m['frechet_distance']:.2f} {PLUS_MINUS} {m['frechet_spread']:.2f}",
+                    f"{m['frechet_floor']:.2f}",
+                    first,
+                ),
+                f"{m['frechet_sigma']:.3f}",
+                _with_floor(f"{m['confidence']:.3f}", f"{m['confidence_floor']:.3f}", first),
+                f"{m['classes_covered']} / 10",
+                f"{run['train_s']:.1f} s",
+            ]
+        )
+    head = [
+        "run",
+        "C2ST (floor)",
+        LIKE,
+        f"{FRECHET} {PLUS_MINUS} sd (floor)",
+        LIKE,
+        "confidence (floor)",
+        "classes",
+        "train time",
+    ]
+    return markdown_table(head, rows)
+
+
+# --- the blocks --------------------------------------------------------------------------------
+
+BLOCKS = {
+    "zoo-headline": zoo_headline,
+    "zoo-summary": zoo_summary,
+    "zoo-cpu": zoo_cpu,
+    "zoo-pallas": zoo_pallas,
+    "zoo-bytes-v5e": zoo_bytes("v5e"),
+    "zoo-bytes-v6e": zoo_bytes("v6e"),
+    "zoo-capacity": zoo_capacity,
+    "toy-runs": toy_runs,
+    "train-time": train_time,
+    "trainer-runs": trainer_runs,
+    "digits-runs": digits_runs,
+}
+SOURCES = {
+    "zoo-headline": ("bench.json", "zoo_tpu.json"),
+    "zoo-summary": ("bench.json", "zoo_tpu.json", "zoo_capacity.json"),
+    "zoo-cpu": ("bench.json",),
+    "zoo-pallas": ("zoo_tpu.json",),
+    "zoo-bytes-v5e": ("zoo_tpu.json", "zoo_capacity_compiles.json"),
+    "zoo-bytes-v6e": ("zoo_tpu.json",),
+    "zoo-capacity": ("zoo_capacity.json",),
+    "toy-runs": ("train_time.json", "trainer_runs.json"),
+    "train-time": ("train_time.json",),
+    "trainer-runs": ("train_time.json", "trainer_runs.json"),
+    "digits-runs": ("trainer_runs.json",),
+}
+
+
+def render(name, results=None):
+    """Block ``name`` as the pages hold it: a table on lines of its own (a newline either side),
+    a sentence inline."""
+    text = BLOCKS[name](results or Results())
+    return text if isinstance(text, str) else "\n" + "\n".join(text) + "\n"
+
+
+def quoted(page):
+    """[(name, the text between its marks)] of every marked block of a page."""
+    return MARK.findall(pathlib.Path(page).read_text(encoding="utf-8"))
+
+
+def rewrite(page, results=None):
+    """Replace every marked block of ``page`` with its rendering; True if the page changed."""
+    results = results or Results()
+    path = pathlib.Path(page)
+    text = path.read_text(encoding="utf-8")
+    new = MARK.sub(
+        lambda m: f"<!-- results:{m[1]} -->{render(m[1], results)}<!-- /results:{m[1]} -->", text
+    )
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite the marked blocks of README.md and docs/"
+    )
+    args = parser.parse_args(argv)
+    results = Results()
+    if args.write:
+        for page in PAGES:
+            if rewrite(page, results):
+                print(f"rewrote {page.relative_to(ROOT)}", file=sys.stderr)
+        return 0
+    for name in BLOCKS:
+        print(f"{name}:\n{render(name, results)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
