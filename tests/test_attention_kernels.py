@@ -1,0 +1,326 @@
+"""The attention kernels (fastgp.kernels.attention_tpu) against naive masked-softmax attention.
+
+Forward against the oracle's (O, logsumexp); the tangent against ``jax.jvp`` of the oracle and
+the VJP against ``jax.vjp`` of it, in Pallas interpret mode and TPU interpret mode
+(``pltpu.InterpretParams``), float32 at rtol 1e-5, bf16 against the float32 oracle at bf16
+tolerance; the tangent/VJP pair against each other (<tangent(t), g> = <t, vjp(g)>); rows with no
+valid key (causal row 0 with key 0 masked, a batch element with every key masked) give exact
+zeros and nothing non-finite. The AOT tests compile each kernel for real TPU generations.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.pallas import tpu as pltpu
+
+from fastgp.kernels.attention_tiling import FlashBlocks, flash_blocks
+from fastgp.kernels.attention_tpu import flash_forward, flash_tangent, flash_vjp
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    b: int
+    h: int
+    tq: int
+    tk: int
+    d: int
+    dv: int
+    causal: bool
+    bq: int
+    bk: int
+    empty: str  # which rows have no valid key: "none", "first" (causal row 0), "batch" (b = 1)
+
+    def __str__(self) -> str:
+        kind = "causal" if self.causal else "full"
+        return (
+            f"b{self.b}h{self.h}-q{self.tq}k{self.tk}-d{self.d}v{self.dv}-{kind}"
+            f"-bq{self.bq}bk{self.bk}-{self.empty}"
+        )
+
+
+CASES = [
+    Case(1, 1, 128, 256, 32, 32, False, 128, 128, "none"),  # padded tail keys
+    Case(2, 3, 256, 128, 64, 64, True, 256, 128, "first"),  # Tq > Tk, bq > bk
+    Case(2, 2, 256, 512, 128, 64, True, 128, 256, "batch"),  # Tk > Tq: a key block no query sees
+    Case(1, 2, 48, 40, 32, 32, True, 48, 40, "none"),  # whole short lengths as one block
+]
+MODES = {"interpret": True, "tpu-interpret": pltpu.InterpretParams()}
+SCALE = 0.3
+
+
+def naive(q, k, v, key_mask, causal, scale):
+    """Masked-softmax attention (O, logsumexp) in plain jnp, differentiable to any order; a row
+    with no valid key gives O = 0, L = 0 (double-where guards keep its derivatives finite)."""
+    s = scale * jnp.einsum("bhqd,bhkd->bhqk", q, k, precision="highest")
+    tq, tk = s.shape[-2:]
+    valid = key_mask[:, None, None, :] != 0
+    if causal:
+        valid = valid & (jnp.arange(tk)[None, :] <= jnp.arange(tq)[:, None])
+    m = jax.lax.stop_gradient(jnp.max(jnp.where(valid, s, -jnp.inf), -1, keepdims=True))
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    e = jnp.exp(jnp.where(valid, s - m, -jnp.inf))
+    total = jnp.sum(e, -1, keepdims=True)
+    some = total > 0
+    safe = jnp.where(some, total, 1.0)
+    o = jnp.einsum("bhqk,bhkd->bhqd", e / safe, v, precision="highest")
+    return o, jnp.where(some, m + jnp.log(safe), 0.0)[..., 0]
+
+
+def key_mask_for(case: Case) -> np.ndarray:
+    mask = np.ones((case.b, case.tk), np.int32)
+    mask[:, case.tk - case.tk // 5 :] = 0  # the caller's padding
+    if case.empty == "first":
+        mask[case.b - 1, 0] = 0  # causal query 0 sees only key 0
+    if case.empty == "batch":
+        mask[case.b - 1] = 0
+    return mask
+
+
+def empty_rows(case: Case) -> np.ndarray:
+    """(B, Tq) bool: the rows with no valid key."""
+    rows = np.zeros((case.b, case.tq), bool)
+    if case.empty == "first":
+        rows[case.b - 1, 0] = True
+    if case.empty == "batch":
+        rows[case.b - 1] = True
+    return rows
+
+
+def inputs(case: Case, dtype=jnp.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = {
+        "q": (case.b, case.h, case.tq, case.d),
+        "k": (case.b, case.h, case.tk, case.d),
+        "v": (case.b, case.h, case.tk, case.dv),
+    }
+    primal = {n: jnp.asarray(rng.standard_normal(s), dtype) for n, s in shapes.items()}
+    tangent = {n: jnp.asarray(rng.standard_normal(s), dtype) for n, s in shapes.items()}
+    g_o = jnp.asarray(rng.standard_normal((case.b, case.h, case.tq, case.dv)), dtype)
+    g_lse = jnp.asarray(rng.standard_normal((case.b, case.h, case.tq)), jnp.float32)
+    return primal, tangent, g_o, g_lse, jnp.asarray(key_mask_for(case))
+
+
+def options(case: Case, interpret):
+    return dict(
+        scale=SCALE, causal=case.causal, block_q=case.bq, block_k=case.bk, interpret=interpret
+    )
+
+
+def f32(x):
+    return jnp.asarray(x, jnp.float32)
+
+
+def close(actual, expected, rtol):
+    """Relative to the array's largest entry, so that entries near zero do not decide."""
+    actual, expected = np.asarray(f32(actual)), np.asarray(f32(expected))
+    assert np.all(np.isfinite(actual))
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+
+
+def oracle(case, mask):
+    return functools.partial(naive, key_mask=mask, causal=case.causal, scale=SCALE)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_forward_matches_naive_attention(case, mode):
+    p, _, _, _, mask = inputs(case)
+    o, lse = flash_forward(p["q"], p["k"], p["v"], mask, **options(case, MODES[mode]))
+    ref_o, ref_lse = oracle(case, mask)(p["q"], p["k"], p["v"])
+    assert o.shape == (case.b, case.h, case.tq, case.dv) and o.dtype == jnp.float32
+    assert lse.shape == (case.b, case.h, case.tq) and lse.dtype == jnp.float32
+    close(o, ref_o, 1e-5)
+    close(lse, ref_lse, 1e-5)
+    empty = empty_rows(case)
+    assert np.all(np.asarray(o)[empty.nonzero()[0], :, empty.nonzero()[1]] == 0)
+    assert np.all(np.asarray(lse).transpose(0, 2, 1)[empty] == 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_tangent_matches_jvp_of_naive_attention(case, mode):
+    p, t, _, _, mask = inputs(case)
+    fn = oracle(case, mask)
+    (o, lse), (ref_do, ref_dlse) = jax.jvp(fn, (p["q"], p["k"], p["v"]), (t["q"], t["k"], t["v"]))
+    do, dlse = flash_tangent(
+        p["q"], p["k"], p["v"], o, lse, mask, t["q"], t["k"], t["v"], **options(case, MODES[mode])
+    )
+    assert do.shape == o.shape and do.dtype == jnp.float32 and dlse.shape == lse.shape
+    close(do, ref_do, 1e-5)
+    close(dlse, ref_dlse, 1e-5)
+    empty = empty_rows(case)
+    assert np.all(np.asarray(do)[empty.nonzero()[0], :, empty.nonzero()[1]] == 0)
+    assert np.all(np.asarray(dlse).transpose(0, 2, 1)[empty] == 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_vjp_matches_vjp_of_naive_attention(case, mode):
+    p, _, g_o, g_lse, mask = inputs(case)
+    (o, lse), pullback = jax.vjp(oracle(case, mask), p["q"], p["k"], p["v"])
+    grads = flash_vjp(
+        p["q"], p["k"], p["v"], o, lse, mask, g_o, g_lse, **options(case, MODES[mode])
+    )
+    for got, want, name in zip(grads, pullback((g_o, g_lse)), "qkv", strict=True):
+        assert got.shape == p[name].shape and got.dtype == p[name].dtype
+        close(got, want, 1e-5)
+    empty = empty_rows(case)
+    assert np.all(np.asarray(grads[0])[empty.nonzero()[0], :, empty.nonzero()[1]] == 0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_vjp_is_the_transpose_of_the_tangent(case):
+    """<tangent(t), (g_o, g_lse)> = <t, vjp(g_o, g_lse)> with the same saved o, lse."""
+    p, t, g_o, g_lse, mask = inputs(case, seed=1)
+    opts = options(case, True)
+    o, lse = flash_forward(p["q"], p["k"], p["v"], mask, **opts)
+    do, dlse = flash_tangent(p["q"], p["k"], p["v"], o, lse, mask, t["q"], t["k"], t["v"], **opts)
+    grads = flash_vjp(p["q"], p["k"], p["v"], o, lse, mask, g_o, g_lse, **opts)
+    lhs = float(jnp.vdot(do, g_o) + jnp.vdot(dlse, g_lse))
+    rhs = sum(float(jnp.vdot(t[n], g)) for n, g in zip("qkv", grads, strict=True))
+    assert lhs == pytest.approx(rhs, rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bf16_inputs_match_the_float32_oracle(mode):
+    case = CASES[1]
+    p, t, g_o, g_lse, mask = inputs(case, jnp.bfloat16, seed=2)
+    opts = options(case, MODES[mode])
+    fn = oracle(case, mask)
+    p32, t32 = ({n: f32(x) for n, x in d.items()} for d in (p, t))
+    (ref_o, ref_lse), (ref_do, ref_dlse) = jax.jvp(
+        fn, (p32["q"], p32["k"], p32["v"]), (t32["q"], t32["k"], t32["v"])
+    )
+    _, pullback = jax.vjp(fn, p32["q"], p32["k"], p32["v"])
+
+    o, lse = flash_forward(p["q"], p["k"], p["v"], mask, **opts)
+    assert o.dtype == jnp.bfloat16 and lse.dtype == jnp.float32
+    close(o, ref_o, 2e-2)
+    close(lse, ref_lse, 1e-2)
+    do, dlse = flash_tangent(p["q"], p["k"], p["v"], o, lse, mask, t["q"], t["k"], t["v"], **opts)
+    assert do.dtype == jnp.bfloat16 and dlse.dtype == jnp.float32
+    close(do, ref_do, 3e-2)
+    close(dlse, ref_dlse, 3e-2)
+    grads = flash_vjp(p["q"], p["k"], p["v"], o, lse, mask, g_o, g_lse, **opts)
+    for got, want in zip(grads, pullback((f32(g_o), g_lse)), strict=True):
+        assert got.dtype == jnp.bfloat16
+        close(got, want, 3e-2)
+
+
+def test_tpu_interpret_mode_finds_no_races():
+    case = CASES[2]
+    p, t, g_o, g_lse, mask = inputs(case)
+    opts = options(case, pltpu.InterpretParams(detect_races=True, num_cores_or_threads=2))
+    o, lse = flash_forward(p["q"], p["k"], p["v"], mask, **opts)
+    flash_tangent(p["q"], p["k"], p["v"], o, lse, mask, t["q"], t["k"], t["v"], **opts)
+    jax.block_until_ready(flash_vjp(p["q"], p["k"], p["v"], o, lse, mask, g_o, g_lse, **opts))
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as state
+
+    assert state.races is not None and not state.races.races_found
+
+
+# --- Block sizes ------------------------------------------------------------------------------
+
+GENERATIONS = ("v4", "v5e", "v5p", "v6e", "7x")
+
+
+@pytest.mark.parametrize("generation", [*GENERATIONS, None])
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("length", [1, 40, 127, 128, 200, 600, 1024, 4096, 5000])
+def test_flash_blocks_are_aligned_and_pad_little(generation, itemsize, length):
+    blocks = flash_blocks(length, length, 64, itemsize, generation)
+    for block in (blocks.block_q, blocks.block_k):
+        if length < 128:
+            assert block >= length and block % (8 * (4 // itemsize)) == 0 and block <= 128
+        else:
+            assert block % 128 == 0
+            padded = -(-length // block) * block
+            assert padded - length < 128 * -(-length // block)  # under 128 rows per block
+    assert blocks.vmem_limit_bytes > 0
+
+
+def test_flash_blocks_per_generation():
+    bf16 = {g: flash_blocks(4096, 4096, 64, 2, g) for g in GENERATIONS}
+    assert {g: (b.block_q, b.block_k) for g, b in bf16.items()} == {
+        "v4": (256, 512),
+        "v5e": (512, 512),
+        "v5p": (384, 512),
+        "v6e": (1024, 512),
+        "7x": (768, 512),
+    }
+    unknown = flash_blocks(4096, 4096, 64, 2, None)
+    assert unknown == FlashBlocks(
+        min(b.block_q for b in bf16.values()),
+        min(b.block_k for b in bf16.values()),
+        min(b.vmem_limit_bytes for b in bf16.values()),
+    )
+    assert flash_blocks(600, 100, 64, 2, "v5e") == FlashBlocks(
+        384, 112, bf16["v5e"].vmem_limit_bytes
+    )
+
+
+# --- Ahead-of-time compilation for real TPUs (libtpu's compile-only client) -------------------
+
+
+def _programs(blocks: FlashBlocks, t: int, causal: bool):
+    b, h, d = 1, 2, 64
+    s = jax.ShapeDtypeStruct
+    tq, tk = _padded(t, blocks.block_q), _padded(t, blocks.block_k)
+    q, kv = s((b, h, tq, d), jnp.bfloat16), s((b, h, tk, d), jnp.bfloat16)
+    mask, rows = s((b, tk), jnp.int32), s((b, h, tq), jnp.float32)
+    kw = dict(
+        scale=0.125,
+        causal=causal,
+        block_q=blocks.block_q,
+        block_k=blocks.block_k,
+        vmem_limit_bytes=blocks.vmem_limit_bytes,
+    )
+    return {
+        "forward": (functools.partial(flash_forward, **kw), (q, kv, kv, mask)),
+        "tangent": (
+            functools.partial(flash_tangent, **kw),
+            (q, kv, kv, q, rows, mask, q, kv, kv),
+        ),
+        "vjp": (functools.partial(flash_vjp, **kw), (q, kv, kv, q, rows, mask, q, rows)),
+    }
+
+
+def _padded(t: int, block: int) -> int:
+    return -(-t // block) * block
+
+
+def _visited_fraction(blocks: FlashBlocks, tq: int, tk: int, causal: bool) -> float:
+    bq, bk = blocks.block_q, blocks.block_k
+    nq, nk = tq // bq, tk // bk
+    if not causal:
+        return 1.0
+    return sum(min(nk, (i * bq + bq - 1) // bk + 1) for i in range(nq)) / (nq * nk)
+
+
+FLOPS_PER_SCORE = {"forward": 2 * (64 + 64), "tangent": 2 * (3 * 64 + 2 * 64), "vjp": 2 * (7 * 64)}
+
+
+@pytest.mark.aot
+@pytest.mark.parametrize("kernel", ["forward", "tangent", "vjp"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("t", [1024, 4096])
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_attention_kernels_compile_for_tpu(generation, t, causal, kernel):
+    """bf16, D = 64, B = 1, H = 2, T padded to the generation's blocks: the Mosaic call is in the
+    program, and the cost analysis reports the estimate's flops (forward 2 B H Tq Tk (D + Dv)
+    x the fraction of blocks visited, ...; the VJP's delta adds a few elementwise flops)."""
+    pytest.importorskip("libtpu")
+    from fastgp import _compiled as cf
+
+    blocks = flash_blocks(t, t, 64, 2, generation)
+    fn, args = _programs(blocks, t, causal)[kernel]
+    compiled = cf.compile_for(cf.tpu_device(generation), fn, *args)
+    text = compiled.as_text()
+    assert text.count('custom_call_target="tpu_custom_call"') == (2 if kernel == "vjp" else 1)
+    tq, tk = _padded(t, blocks.block_q), _padded(t, blocks.block_k)
+    expected = 2 * tq * tk * FLOPS_PER_SCORE[kernel] * _visited_fraction(blocks, tq, tk, causal)
+    assert compiled.cost_analysis()["flops"] == pytest.approx(expected, rel=1e-3)
