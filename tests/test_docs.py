@@ -108,3 +108,30 @@ def test_page_code_runs_and_equals_the_naive_penalty(page):
             )
         compared.append(name)
     assert compared, f"{page.name}: no array was compared"
+
+
+def api_table_names():
+    """The names in the first column of docs/api.md's API table (every backticked name there)."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    section = text[text.index("## API") :]
+    section = section[: section.index("\n## ", 1)]
+    table = section[section.index("| function |") :].split("\n\n")[0]
+    names = set()
+    for row in table.splitlines()[2:]:
+        first = row.split(" | ")[0]
+        names |= set(re.findall(r"`([A-Za-z_]\w*)", first))
+    return names
+
+
+def test_api_md_documents_exactly_the_public_api():
+    """``fastgp.__all__`` is the public API: docs/api.md's table names every name in it and no
+    other, and nothing else that ``import fastgp`` exposes (bar submodules) is public."""
+    documented, public = api_table_names(), set(fastgp.__all__)
+    assert documented - public == set(), "documented but not in fastgp.__all__"
+    assert public - documented == set(), "in fastgp.__all__ but not in docs/api.md's table"
+    exposed = {
+        name
+        for name, value in vars(fastgp).items()
+        if not name.startswith("_") and not isinstance(value, type(fastgp))
+    }
+    assert exposed <= public, exposed - public
