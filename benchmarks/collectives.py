@@ -26,6 +26,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tables import markdown_table, table_row
+
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # "name = shape kind(" where shape is an array shape or a parenthesised tuple of them.
 _OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
@@ -175,8 +177,18 @@ def main() -> int:
         f"Global batch = {PER_CHIP_BATCH} per chip. TPU programs are compiled ahead of time from a",
         "CPU host with libtpu (`get_topology_desc`).",
         "",
-        "| model | mesh | chips | critic step | generator iteration | written out | operands |",
-        "|---|---|---|---|---|---|---|",
+        *markdown_table(
+            [
+                "model",
+                "mesh",
+                "chips",
+                "critic step",
+                "generator iteration",
+                "written out",
+                "operands",
+            ],
+            [],
+        ),
     ]
     for dataset in ("8gaussians", "digits"):
         for label, topology, chips in MESHES:
@@ -186,13 +198,20 @@ def main() -> int:
                 found = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
             results.append({"dataset": dataset, "mesh": label, "chips": chips, **found})
             if "error" in found:
-                lines.append(f"| {dataset} | {label} | {chips} | {found['error']} | | | |")
+                lines.append(table_row([dataset, label, chips, found["error"], "", "", ""]))
             else:
                 lines.append(
-                    f"| {dataset} | {label} | {chips} | {_cell(found['critic step'])} | "
-                    f"{_cell(found['generator iteration'])} | "
-                    f"{_cell(found['written-out iteration'])} | "
-                    f"{found['written-out operands']} |"
+                    table_row(
+                        [
+                            dataset,
+                            label,
+                            chips,
+                            _cell(found["critic step"]),
+                            _cell(found["generator iteration"]),
+                            _cell(found["written-out iteration"]),
+                            found["written-out operands"],
+                        ]
+                    )
                 )
             print(lines[-1], flush=True)
     out = pathlib.Path(__file__).resolve().parent / "results"

@@ -15,6 +15,7 @@ import numpy as np
 
 from fastgp import _backends as backends
 from fastgp.kernels import penalty_gpu
+from tables import markdown_table, table_row
 
 SHAPES = [(256, 2), (256, 3072), (256, 3 * 64 * 64), (1024, 3 * 64 * 64), (64, 1 << 20)]
 
@@ -40,8 +41,9 @@ def main():
             "kernel / XLA is a ratio of times (lower is better)."
         ),
         "",
-        "| B x D | dtype | copy GB/s | kernel GB/s | XLA GB/s | kernel / XLA |",
-        "|---|---|---|---|---|---|",
+        *markdown_table(
+            ["B x D", "dtype", "copy GB/s", "kernel GB/s", "XLA GB/s", "kernel / XLA"], []
+        ),
     ]
     for batch, features in SHAPES:
         for dtype in (jnp.float32, jnp.bfloat16):
@@ -52,9 +54,16 @@ def main():
             xla = median_seconds(jax.jit(backends.xla_sumsq), g)
             gbs = lambda b, t: f"{b / t / 1e9:.0f}"
             rows.append(
-                f"| {batch} x {features} | {jnp.dtype(dtype).name} "
-                f"| {gbs(2 * nbytes, copy)} | {gbs(nbytes, kernel)} | {gbs(nbytes, xla)} "
-                f"| {kernel / xla:.2f} |"
+                table_row(
+                    [
+                        f"{batch} x {features}",
+                        jnp.dtype(dtype).name,
+                        gbs(2 * nbytes, copy),
+                        gbs(nbytes, kernel),
+                        gbs(nbytes, xla),
+                        f"{kernel / xla:.2f}",
+                    ]
+                )
             )
             print(rows[-1], flush=True)
     with open(args.out, "w") as f:

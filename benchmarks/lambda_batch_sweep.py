@@ -41,6 +41,7 @@ from fastgp.train.quality import mode_quality
 from fastgp.train.recipes import TOY, toy_networks
 from fastgp.train.state import TrainConfig
 from fastgp.train.trainer import Trainer, make_mesh
+from tables import markdown_table
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 REDUCTIONS = ("mean", "sum")
@@ -118,19 +119,46 @@ def write_table(cells, args, path):
         "Quality on 2500 samples; penalty and norms averaged over the critic's last tenth of "
         "steps. `sum` runs as the mean with weight lambda x B (identical value and gradients).",
         "",
-        (
-            "| reduction | lambda | batch | effective lambda | modes | high quality | penalty term "
-            "| mean (n - 1)^2 | norm mean | norm min | norm max | W estimate | wall s |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in cells:
-        lines.append(
-            f"| {c['reduction']} | {c['weight']:g} | {c['batch']} | {c['effective_weight']:g} | "
-            f"{c['modes']}/{c['total_modes']} | {c['high_quality']:.1f} % | {_fmt(c['penalty'])} | "
-            f"{_fmt(c['mean_sample_penalty'])} | {_fmt(c['norm_mean'])} | {_fmt(c['norm_min'])} | "
-            f"{_fmt(c['norm_max'])} | {_fmt(c['wasserstein'])} | {c['wall_s']:.0f} |"
-        )
+    rows = [
+        [
+            c["reduction"],
+            f"{c['weight']:g}",
+            c["batch"],
+            f"{c['effective_weight']:g}",
+            f"{c['modes']}/{c['total_modes']}",
+            f"{c['high_quality']:.1f} %",
+            *(
+                _fmt(c[key])
+                for key in (
+                    "penalty",
+                    "mean_sample_penalty",
+                    "norm_mean",
+                    "norm_min",
+                    "norm_max",
+                    "wasserstein",
+                )
+            ),
+            f"{c['wall_s']:.0f}",
+        ]
+        for c in cells
+    ]
+    head = [
+        "reduction",
+        "lambda",
+        "batch",
+        "effective lambda",
+        "modes",
+        "high quality",
+        "penalty term",
+        "mean (n - 1)^2",
+        "norm mean",
+        "norm min",
+        "norm max",
+        "W estimate",
+        "wall s",
+    ]
+    lines += markdown_table(head, rows)
     path.write_text("\n".join(lines) + "\n")
 
 

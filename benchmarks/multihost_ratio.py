@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 
+from tables import markdown_table
+
 LAYOUTS = {
     "1 process x 4 devices": ["--devices", "4"],
     "2 processes x 2 devices": ["--processes", "2", "--devices", "2"],
@@ -61,13 +63,11 @@ def main(argv=None) -> int:
             "train_s from summary.json (best of the interleaved repeats)."
         ),
         "",
-        "| layout | train_s (each repeat) | best |",
-        "|---|---|---|",
     ]
-    lines += [
-        f"| {name} | {', '.join(f'{t:.1f}' for t in ts)} | {min(ts):.1f} |"
-        for name, ts in times.items()
-    ]
+    lines += markdown_table(
+        ["layout", "train_s (each repeat)", "best"],
+        [[name, ", ".join(f"{t:.1f}" for t in ts), f"{min(ts):.1f}"] for name, ts in times.items()],
+    )
     lines += ["", f"Ratio 2x2 / 1x4: **{two / one:.2f}x**."]
     out = pathlib.Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)

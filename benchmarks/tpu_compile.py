@@ -25,6 +25,7 @@ import jax
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import workloads as W
 from fastgp import _compiled as cf
+from tables import markdown_table
 
 OUT = pathlib.Path(__file__).parent / "results" / "tpu_compile.md"
 GENERATIONS = ("v5e", "v6e", "7x")
@@ -67,12 +68,8 @@ def render(records):
             "kernel."
         ),
         "",
-        (
-            "| generation | critic (batch, dtype) | variant | GFLOP | flops / naive | MB accessed "
-            "| bytes / naive | copy | copy-start | temp MiB | kernel | compile s |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for r in records:
         base = next(
             (
@@ -84,14 +81,37 @@ def render(records):
             ),
             None,
         )
-        lines.append(
-            f"| {r['generation']} | {r['critic']} ({r['batch']}, {r['dtype']}) | {r['variant']} "
-            f"| {r['flops'] / 1e9:.3f} | {ratio(r, base, 'flops')} | {r['bytes'] / 1e6:.2f} "
-            f"| {ratio(r, base, 'bytes')} | {r['copies']} | {r['async_copies']} "
-            f"| {r['temp'] / 2**20:.2f} | {'yes' if r['kernel'] else 'no'} "
-            f"| {r['compile_s']:.0f} |"
+        rows.append(
+            [
+                r["generation"],
+                f"{r['critic']} ({r['batch']}, {r['dtype']})",
+                r["variant"],
+                f"{r['flops'] / 1e9:.3f}",
+                ratio(r, base, "flops"),
+                f"{r['bytes'] / 1e6:.2f}",
+                ratio(r, base, "bytes"),
+                r["copies"],
+                r["async_copies"],
+                f"{r['temp'] / 2**20:.2f}",
+                "yes" if r["kernel"] else "no",
+                f"{r['compile_s']:.0f}",
+            ]
         )
-    return "\n".join(lines) + "\n"
+    head = [
+        "generation",
+        "critic (batch, dtype)",
+        "variant",
+        "GFLOP",
+        "flops / naive",
+        "MB accessed",
+        "bytes / naive",
+        "copy",
+        "copy-start",
+        "temp MiB",
+        "kernel",
+        "compile s",
+    ]
+    return "\n".join([*lines, *markdown_table(head, rows)]) + "\n"
 
 
 def main(argv=None):

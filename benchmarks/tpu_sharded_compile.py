@@ -37,6 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import workloads as W
 from collectives import arrays_moved, collective_ops
 from fastgp import _compiled as cf
+from tables import markdown_table
 
 OUT = pathlib.Path(__file__).parent / "results" / "tpu_sharded_compile.md"
 GLOBAL_BATCH = 256
@@ -145,22 +146,41 @@ def render(records):
             "arrays carried per step. `kernel`: the Mosaic call is in the program."
         ),
         "",
-        (
-            "| mesh | x sharding | variant | GFLOP per chip | flops / 1 chip | MB per chip "
-            "| bytes / 1 chip | all-reduce | all-gather | all-to-all | permute | kernel |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for r in records:
         mesh = f"{r['topology']} {'x'.join(map(str, MESHES[r['mesh']][1]))} {r['axes']}"
-        lines.append(
-            f"| {mesh} | {r['x_spec']} | {r['variant']} | {r['flops'] / 1e9:.3f} "
-            f"| {r['flops'] / r['single_flops']:.4f}x | {r['bytes'] / 1e6:.2f} "
-            f"| {r['bytes'] / r['single_bytes']:.4f}x | {r['all-reduce']} | {r['all-gather']} "
-            f"| {r['all-to-all']} | {r['collective-permute']} "
-            f"| {'yes' if r['kernel'] else 'no'} |"
+        rows.append(
+            [
+                mesh,
+                r["x_spec"],
+                r["variant"],
+                f"{r['flops'] / 1e9:.3f}",
+                f"{r['flops'] / r['single_flops']:.4f}x",
+                f"{r['bytes'] / 1e6:.2f}",
+                f"{r['bytes'] / r['single_bytes']:.4f}x",
+                r["all-reduce"],
+                r["all-gather"],
+                r["all-to-all"],
+                r["collective-permute"],
+                "yes" if r["kernel"] else "no",
+            ]
         )
-    return "\n".join(lines) + "\n"
+    head = [
+        "mesh",
+        "x sharding",
+        "variant",
+        "GFLOP per chip",
+        "flops / 1 chip",
+        "MB per chip",
+        "bytes / 1 chip",
+        "all-reduce",
+        "all-gather",
+        "all-to-all",
+        "permute",
+        "kernel",
+    ]
+    return "\n".join([*lines, *markdown_table(head, rows)]) + "\n"
 
 
 def main(argv=None):

@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+from tables import markdown_table
+
 MODES = {"off": "unfused (previous CPU path)", "auto": "auto (new default)"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -186,29 +188,42 @@ def report(runs: list, args, meta: dict, chunks=()) -> str:
             f"mode, >= {MIN_HIGH_QUALITY:.0f} % high quality, train_s <= {BUDGET_S:.0f} s."
         ),
         "",
-        (
-            "| # | dataset | --fused | fused | train_s | steps/s | first log | steady steps/s "
-            "| CPU s | modes | high quality | meets | load |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for i, r in enumerate(runs, 1):
-        lines.append(
-            f"| {i} | {r['dataset']} | {r['mode']} | {r['fused']} | {r['train_s']:.1f} "
-            f"| {r['steps_per_s']:.1f} | {r['first_log_s']:.1f} s | {r['steady_steps_per_s']:.1f} "
-            f"| {r['cpu_s']:.1f} | {r['modes']}/{r['total_modes']} | {r['high_quality']:.2f} % "
-            f"| {'yes' if r['meets'] else 'no'} | {r['load_before']:.2f} -> {r['load_after']:.2f} |"
-        )
-    lines += [
-        "",
-        "Medians per dataset and mode:",
-        "",
-        (
-            "| dataset | mode | runs | train_s | steps/s | steady steps/s | CPU s | high quality "
-            "| load before |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|",
+    rows = [
+        [
+            i,
+            r["dataset"],
+            r["mode"],
+            r["fused"],
+            f"{r['train_s']:.1f}",
+            f"{r['steps_per_s']:.1f}",
+            f"{r['first_log_s']:.1f} s",
+            f"{r['steady_steps_per_s']:.1f}",
+            f"{r['cpu_s']:.1f}",
+            f"{r['modes']}/{r['total_modes']}",
+            f"{r['high_quality']:.2f} %",
+            "yes" if r["meets"] else "no",
+            f"{r['load_before']:.2f} -> {r['load_after']:.2f}",
+        ]
+        for i, r in enumerate(runs, 1)
     ]
+    head = [
+        "#",
+        "dataset",
+        "--fused",
+        "fused",
+        "train_s",
+        "steps/s",
+        "first log",
+        "steady steps/s",
+        "CPU s",
+        "modes",
+        "high quality",
+        "meets",
+        "load",
+    ]
+    lines += [*markdown_table(head, rows), "", "Medians per dataset and mode:", ""]
+    rows = []
     for dataset in args.datasets:
         for mode, label in MODES.items():
             rs = [r for r in runs if r["dataset"] == dataset and r["mode"] == mode]
@@ -218,11 +233,29 @@ def report(runs: list, args, meta: dict, chunks=()) -> str:
             def med(key, rs=rs):
                 return statistics.median(r[key] for r in rs)
 
-            lines.append(
-                f"| {dataset} | {label} | {len(rs)} | {med('train_s'):.1f} "
-                f"| {med('steps_per_s'):.1f} | {med('steady_steps_per_s'):.1f} "
-                f"| {med('cpu_s'):.1f} | {med('high_quality'):.2f} % | {med('load_before'):.2f} |"
+            rows.append(
+                [
+                    dataset,
+                    label,
+                    len(rs),
+                    *(f"{med(k):.1f}" for k in ("train_s", "steps_per_s", "steady_steps_per_s")),
+                    f"{med('cpu_s'):.1f}",
+                    f"{med('high_quality'):.2f} %",
+                    f"{med('load_before'):.2f}",
+                ]
             )
+    head = [
+        "dataset",
+        "mode",
+        "runs",
+        "train_s",
+        "steps/s",
+        "steady steps/s",
+        "CPU s",
+        "high quality",
+        "load before",
+    ]
+    lines += markdown_table(head, rows)
     if chunks:
         lines += [
             "",
@@ -231,21 +264,32 @@ def report(runs: list, args, meta: dict, chunks=()) -> str:
                 f"({chunks[0]['rounds']} rounds per mode after each one's first chunk; medians):"
             ),
             "",
-            (
-                "| dataset | mode | fused | first chunk (compile + 100 steps) | wall ms/step "
-                "| CPU ms/step | load |"
-            ),
-            "|---|---|---|---|---|---|---|",
         ]
+        rows = []
         for c in chunks:
             for mode, label in MODES.items():
                 m = c["modes"][mode]
-                fused = mode == "auto" and c["auto_fused"]
-                lines.append(
-                    f"| {c['dataset']} | {label} | {fused} | {m['first_chunk_s']:.1f} s "
-                    f"(CPU {m['first_chunk_cpu_s']:.1f} s) | {m['wall_ms_per_step']:.2f} "
-                    f"| {m['cpu_ms_per_step']:.2f} | {m['load_median']:.2f} |"
+                rows.append(
+                    [
+                        c["dataset"],
+                        label,
+                        mode == "auto" and c["auto_fused"],
+                        f"{m['first_chunk_s']:.1f} s (CPU {m['first_chunk_cpu_s']:.1f} s)",
+                        f"{m['wall_ms_per_step']:.2f}",
+                        f"{m['cpu_ms_per_step']:.2f}",
+                        f"{m['load_median']:.2f}",
+                    ]
                 )
+        head = [
+            "dataset",
+            "mode",
+            "fused",
+            "first chunk (compile + 100 steps)",
+            "wall ms/step",
+            "CPU ms/step",
+            "load",
+        ]
+        lines += markdown_table(head, rows)
         lines += [""] + [
             f"{c['dataset']}: auto / off per paired chunk, median: wall "
             f"{c['wall_ratio_auto_over_off']:.3f}, CPU {c['cpu_ratio_auto_over_off']:.3f}."

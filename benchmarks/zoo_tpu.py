@@ -38,6 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import workloads as W
 import zoo
 from fastgp import _compiled as cf
+from tables import markdown_table
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 PROGRAMS = RESULTS / "zoo_tpu.json"  # the compiles of ``programs``
@@ -133,12 +134,8 @@ def render_programs(records):
         "figures, a lower bound, not a time. Ratios are to the naive step of the same generation",
         "and critic. Regenerate with `make tpu-compile` (`benchmarks/zoo_tpu.py programs`).",
         "",
-        (
-            "| generation | critic (batch) | variant | GFLOP | flops / naive | MB accessed "
-            "| bytes / naive | copy | temp MiB | peak MiB | roofline us | / naive | compile s |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for r in records:
         base = next(
             b
@@ -146,14 +143,39 @@ def render_programs(records):
             if (b["generation"], b["critic"], b["variant"])
             == (r["generation"], r["critic"], "naive")
         )
-        lines.append(
-            f"| {r['generation']} | {r['critic']} ({r['batch']}) | {r['variant']} "
-            f"| {r['flops'] / 1e9:.3f} | {r['flops'] / base['flops']:.4f}x "
-            f"| {r['bytes'] / 1e6:.2f} | {r['bytes'] / base['bytes']:.4f}x | {r['copies']} "
-            f"| {r['temp'] / 2**20:.1f} | {r['peak'] / 2**20:.1f} | {r['roofline_s'] * 1e6:.1f} "
-            f"| {r['roofline_s'] / base['roofline_s']:.4f}x | {r['compile_s']:.0f} |"
+        rows.append(
+            [
+                r["generation"],
+                f"{r['critic']} ({r['batch']})",
+                r["variant"],
+                f"{r['flops'] / 1e9:.3f}",
+                f"{r['flops'] / base['flops']:.4f}x",
+                f"{r['bytes'] / 1e6:.2f}",
+                f"{r['bytes'] / base['bytes']:.4f}x",
+                r["copies"],
+                f"{r['temp'] / 2**20:.1f}",
+                f"{r['peak'] / 2**20:.1f}",
+                f"{r['roofline_s'] * 1e6:.1f}",
+                f"{r['roofline_s'] / base['roofline_s']:.4f}x",
+                f"{r['compile_s']:.0f}",
+            ]
         )
-    return "\n".join(lines) + "\n"
+    head = [
+        "generation",
+        "critic (batch)",
+        "variant",
+        "GFLOP",
+        "flops / naive",
+        "MB accessed",
+        "bytes / naive",
+        "copy",
+        "temp MiB",
+        "peak MiB",
+        "roofline us",
+        "/ naive",
+        "compile s",
+    ]
+    return "\n".join([*lines, *markdown_table(head, rows)]) + "\n"
 
 
 def at_zoo_batch(records):
@@ -278,20 +300,33 @@ def render_capacity(rows, generation, resolution):
         "the batches the search compiled (with `--cached`, every one on record for the step,",
         "earlier searches' included). `make tpu-capacity`.",
         "",
-        (
-            "| critic | variant | fits | fails | / naive | / plain | peak MiB (zoo batch) "
-            "| smaller that failed | compiles |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
-        lines.append(
-            f"| {row['critic']} ({row['zoo_batch']}) | {row['variant']} | {row['fits']} "
-            f"| {row['fails']} | {_relative(row, rows, 'naive')} | {_relative(row, rows, 'plain')} "
-            f"| {row['peak_mib']:.0f} | {', '.join(map(str, row.get('failed_below', []))) or '-'} "
-            f"| {row['compiles']} |"
-        )
-    return "\n".join(lines) + "\n"
+    cells = [
+        [
+            f"{row['critic']} ({row['zoo_batch']})",
+            row["variant"],
+            row["fits"],
+            row["fails"],
+            _relative(row, rows, "naive"),
+            _relative(row, rows, "plain"),
+            f"{row['peak_mib']:.0f}",
+            ", ".join(map(str, row.get("failed_below", []))) or "-",
+            row["compiles"],
+        ]
+        for row in rows
+    ]
+    head = [
+        "critic",
+        "variant",
+        "fits",
+        "fails",
+        "/ naive",
+        "/ plain",
+        "peak MiB (zoo batch)",
+        "smaller that failed",
+        "compiles",
+    ]
+    return "\n".join([*lines, *markdown_table(head, cells)]) + "\n"
 
 
 def bracket_from_cache(cache, generation, spec, variant):
