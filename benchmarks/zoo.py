@@ -215,7 +215,13 @@ def stylegan2_64(widths: tuple = (32, 64, 128, 256, 256), image: int = 64) -> Mo
 
 
 def vit32(
-    dim: int = 128, depth: int = 4, heads: int = 4, patch: int = 4, image: int = 32, in_ch: int = 3
+    dim: int = 128,
+    depth: int = 4,
+    heads: int = 4,
+    patch: int = 4,
+    image: int = 32,
+    in_ch: int = 3,
+    attention_fn=None,
 ) -> Model:
     """A small ViT critic for (B, 32, 32, 3): a 4x4 stride-4 patch-embedding conv (64 patches),
     learned position embeddings, ``depth`` pre-LN blocks (multi-head self-attention over the
@@ -250,6 +256,9 @@ def vit32(
         b, n, _ = y.shape
         qkv = (y @ blk["qkv"]["w"] + blk["qkv"]["b"]).reshape(b, n, 3, heads, head_dim)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        if attention_fn is not None:
+            out = attention_fn(q, k, v).reshape(b, n, dim)
+            return out @ blk["proj"]["w"] + blk["proj"]["b"]
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * (1 / math.sqrt(head_dim))
         weights = jax.nn.softmax(logits, axis=-1)
         out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, n, dim)
@@ -318,6 +327,23 @@ TPU_BATCH = {
     "vit32": 64,
     "mlp": 256,
 }
+
+
+# Long-sequence ViT critics (4x4 patches, dim 256, 4 heads of 64, 2 pre-LN blocks) at 1024, 4096
+# and 16384 tokens (128, 256 and 512 pixel images), with plain jnp attention or an attention_fn.
+LONG_TOKENS = (1024, 4096, 16384)
+
+
+def vit_long(tokens: int, attention_fn=None) -> Model:
+    """The long-sequence ViT critic for (B, S, S, 3) images with (S / 4)^2 = ``tokens`` patches."""
+    side = 4 * math.isqrt(tokens)
+    return vit32(dim=256, depth=2, heads=4, image=side, attention_fn=attention_fn)
+
+
+def long_spec(tokens: int, attention_fn=None, batch: int = 8, dtype=jnp.bfloat16):
+    side = 4 * math.isqrt(tokens)
+    name = f"vit-{tokens}"
+    return W.CriticSpec(name, vit_long(tokens, attention_fn), batch, (side, side, 3), dtype)
 
 
 def _spec(name, batch, dtype):

@@ -7,6 +7,9 @@ The library is this package minus ``fastgp.train`` (the training application):
 """
 
 from fastgp._approximate import approximate_r1
+from fastgp._attention import attention
+from fastgp._attention_reference import naive_attention
+from fastgp._critic_ops import FirstOrderOnlyOpError
 from fastgp._reference import naive_gradient_penalty, naive_penalty_from_grads
 from fastgp.penalty import (
     DEFAULT_WEIGHT,
@@ -25,13 +28,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_WEIGHT",
+    "FirstOrderOnlyOpError",
     "SECOND_ORDER",
+    "attention",
     "approximate_r1",
     "grad_norms",
     "gradient_penalty",
     "gradient_penalty_and_norms",
     "input_gradients",
     "interpolate",
+    "naive_attention",
     "naive_gradient_penalty",
     "naive_penalty_from_grads",
     "penalty_and_norms_from_grads",

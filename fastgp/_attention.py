@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 from einops import rearrange
 
-from fastgp import _attention_kernels
 from fastgp import _attention_rules as rules
+from fastgp._attention_kernels import blocks as kernel_blocks
 
 ATTENTION_BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "xla")
 XLA_BLOCK_K = 512  # keys per step of the blockwise loop: a (Tq, 512) score block at a time
@@ -114,7 +114,7 @@ def _blocks(backend: str, tq: int, tk: int, d: int, itemsize: int) -> tuple[int,
     """(block_q, block_k): the kernel's tiling, or the XLA loop's keys per step."""
     if backend == "xla":
         return tq, min(XLA_BLOCK_K, _round_up(tk, 8))
-    return _attention_kernels.blocks(backend, tq, tk, d, itemsize)
+    return kernel_blocks(backend, tq, tk, d, itemsize)
 
 
 def attention(

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from fastgp import _validation as validation
+from fastgp._critic_ops import naming_first_order_only_ops
 from fastgp._rowops import norms_and_penalties, row_scale
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
 from fastgp.distributed import global_count, global_mean
@@ -156,7 +157,8 @@ def _mean_penalty_bwd(
         _, tangent = jax.jvp(lambda y: converted(y, *full), (x,), (v,))
         return jnp.sum(tangent, dtype=jnp.promote_types(tangent.dtype, jnp.float32))
 
-    ct_x, ct_live = jax.grad(directional, argnums=(0, 1))(x, live)
+    with naming_first_order_only_ops("reverse-over-forward"):
+        ct_x, ct_live = jax.grad(directional, argnums=(0, 1))(x, live)
     it = iter(ct_live)
     ct_consts = tuple(
         next(it) if d else _zero_cotangent(c) for c, d in zip(consts, where, strict=True)

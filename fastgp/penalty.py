@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from fastgp import _validation as validation
+from fastgp._critic_ops import naming_first_order_only_ops
 from fastgp._rowops import norms_and_penalties
 from fastgp._second_order import mean_penalty_and_norms
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree, Remat, SecondOrder
@@ -128,7 +129,8 @@ def gradient_penalty_and_norms(
     validation.check_backend_on_data(backend, x)
     critic = remat_critic(critic, remat)
     if second_order == "reverse":
-        _, grads = input_gradients(critic, x)
+        with naming_first_order_only_ops("reverse"):
+            _, grads = input_gradients(critic, x)
         return penalty_and_norms_from_grads(
             grads, kind=kind, target=target, weight=weight, backend=backend, axis_name=axis_name
         )

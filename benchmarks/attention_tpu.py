@@ -1,0 +1,233 @@
+"""Long-sequence ViT critic steps with flash and jnp attention, compiled for TPU chips.
+
+    python benchmarks/attention_tpu.py [--generations v5e,v6e] [--tokens 1024,4096,16384]
+                                       [--capacity v5e] [--max-batch 1024]
+
+For each generation, token count (``zoo.LONG_TOKENS``) and attention variant, the whole bfloat16
+WGAN-GP critic step (critic loss + penalty, value_and_grad over the parameters, Adam) of
+``zoo.vit_long`` is compiled for one chip from this host (``fastgp._compiled``) at batch 8 (4 at
+16384 tokens): peak memory, temporaries, flops and bytes, and whether the Mosaic kernels are in
+the program. With ``--capacity GEN``, the largest power-of-two batch whose step compiles within
+that chip's HBM (the compiler is the judge: RESOURCE_EXHAUSTED means it does not fit).
+
+Variants: ``jnp``: the zoo's plain softmax attention (every T x T array in HBM) with fastgp's
+default penalty or the ``naive`` nested-grad one; ``flash``: ``fastgp.attention`` on the Mosaic
+kernels with the default penalty or ``second_order="reverse"``; ``flash-xla``: its blockwise jnp
+loops; first order (no penalty): ``flash/plain`` against JAX's own Pallas ``flash_attention``
+(``jax-flash/plain``), which has no second order. Flops and bytes of a Pallas call are its own
+``pl.CostEstimate``; peak memory and capacity are measured by the compiler.
+
+Results go to ``results/attention_tpu.{json,md}``; compiled records are reused (delete to redo).
+"""
+
+import argparse
+import functools
+import json
+import os
+import pathlib
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import workloads as W
+import zoo
+from fastgp import _compiled as cf
+from fastgp import attention
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+RECORDS = RESULTS / "attention_tpu.json"
+
+
+def jax_flash_attention(q, k, v):
+    """JAX's Pallas TPU flash attention in (B, T, H, D) layout (first order only)."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
+
+    bhtd = [jnp.swapaxes(t, 1, 2) for t in (q, k, v)]
+    out = jax_flash.flash_attention(*bhtd, sm_scale=q.shape[-1] ** -0.5)
+    return jnp.swapaxes(out, 1, 2)
+
+
+ATTENTION = {
+    "jnp": None,
+    "flash": functools.partial(attention, backend="pallas"),
+    "flash-xla": functools.partial(attention, backend="xla"),
+    "jax-flash": jax_flash_attention,
+}
+# name: (attention, critic-step variant of ``workloads``)
+VARIANTS = {
+    "jnp/fastgp": ("jnp", "fastgp"),
+    "jnp/naive": ("jnp", "naive"),
+    "flash/fastgp": ("flash", "fastgp"),
+    "flash/reverse": ("flash", "fastgp-reverse"),
+    "flash-xla/fastgp": ("flash-xla", "fastgp"),
+    "flash/plain": ("flash", "plain"),
+    "jax-flash/plain": ("jax-flash", "plain"),
+}
+
+
+def _records():
+    return json.loads(RECORDS.read_text()) if RECORDS.exists() else []
+
+
+def _save(records):
+    RESULTS.mkdir(exist_ok=True)
+    RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+
+
+def compile_record(records, generation, tokens, variant, batch):
+    """The record of one compiled step (reused when on file): figures, or fits=False."""
+    key = dict(generation=generation, tokens=tokens, variant=variant, batch=batch)
+    for r in records:
+        if all(r.get(k) == v for k, v in key.items()):
+            return r
+    attention_name, step_variant = VARIANTS[variant]
+    spec = zoo.long_spec(tokens, ATTENTION[attention_name], batch=batch)
+    structs = jax.eval_shape(lambda: W.inputs(spec))
+    start = time.perf_counter()
+    record = dict(key)
+    try:
+        program = cf.compile_for(
+            cf.tpu_device(generation), W.critic_step(spec, step_variant), *structs
+        )
+    except Exception as err:  # an out-of-memory compile is a measurement here
+        if not cf.is_out_of_memory(err):
+            record.update(fits=False, error=f"{type(err).__name__}: {str(err)[:300]}")
+        else:
+            record.update(fits=False, error=str(err).strip().splitlines()[0][:300])
+    else:
+        record.update(fits=True, **cf.figures(program))
+    record["compile_s"] = round(time.perf_counter() - start, 1)
+    records.append(record)
+    _save(records)
+    state = "fits" if record["fits"] else record["error"][:80]
+    print(f"{generation} T={tokens} {variant} B={batch}: {state} ({record['compile_s']} s)")
+    return record
+
+
+def largest_batch(records, generation, tokens, variant, max_batch):
+    """The largest power-of-two batch that compiles within HBM, searched from the probe batch
+    (doubling while it fits, halving while it does not); 0: not even one sample fits, None: the
+    program does not compile for another reason (its error is on record)."""
+
+    def fits(batch):
+        record = compile_record(records, generation, tokens, variant, batch)
+        if not record["fits"] and "RESOURCE_EXHAUSTED" not in record["error"]:
+            raise LookupError(record["error"])
+        return record["fits"]
+
+    batch = probe_batch(tokens)
+    try:
+        if fits(batch):
+            while batch * 2 <= max_batch and fits(batch * 2):
+                batch *= 2
+            return batch
+        while batch > 1:
+            batch //= 2
+            if fits(batch):
+                return batch
+        return 0
+    except LookupError:
+        return None
+
+
+def probe_batch(tokens):
+    return 4 if tokens >= 16384 else 8
+
+
+def _gib(n):
+    return f"{n / 2**30:.2f}"
+
+
+def render(records, capacity):
+    lines = [
+        "# Long-sequence ViT critic steps on TPU (compiled from a CPU host)",
+        "",
+        (
+            "Written by `benchmarks/attention_tpu.py`. ViT critic: 4x4 patches, dim 256, 4 heads "
+            "of 64, 2 pre-LN blocks, bfloat16; whole WGAN-GP critic step (value_and_grad over the "
+            "parameters + Adam) on one chip. Peak memory (GiB) at the probe batch (8; 4 at 16384 "
+            "tokens); `x` = does not compile (out of memory or no derivative rule)."
+        ),
+        "",
+    ]
+    gens = sorted({r["generation"] for r in records})
+    tokens = sorted({r["tokens"] for r in records})
+    for gen in gens:
+        lines += [f"## {gen}: peak memory at the probe batch", ""]
+        lines.append("| variant | " + " | ".join(f"T = {t}" for t in tokens) + " |")
+        lines.append("|---|" + "---|" * len(tokens))
+        for variant in VARIANTS:
+            cells = []
+            for t in tokens:
+                r = next(
+                    (
+                        r
+                        for r in records
+                        if (r["generation"], r["tokens"], r["variant"], r["batch"])
+                        == (gen, t, variant, probe_batch(t))
+                    ),
+                    None,
+                )
+                if r is None:
+                    cells.append("")
+                elif r["fits"]:
+                    cells.append(_gib(r["peak"]) + (" (kernel)" if r["kernel"] else ""))
+                else:
+                    cells.append("x")
+            if any(cells):
+                lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        lines.append("")
+    for gen, table in capacity.items():
+        lines += [f"## {gen}: largest power-of-two batch that compiles", ""]
+        lines.append("| variant | " + " | ".join(f"T = {t}" for t in tokens) + " |")
+        lines.append("|---|" + "---|" * len(tokens))
+        for variant in VARIANTS:
+            cells = [str(table.get((variant, t), "")) for t in tokens]
+            if any(cells):
+                lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        lines.append("")
+    errors = sorted(
+        {(r["variant"], r["error"].split(":")[0]) for r in records if not r["fits"]}
+        - {(v, "RESOURCE_EXHAUSTED") for v in VARIANTS}
+    )
+    if errors:
+        lines += ["Programs that did not compile for another reason than memory:", ""]
+        lines += [f"- {v}: {e}" for v, e in errors]
+        lines.append("")
+    (RESULTS / "attention_tpu.md").write_text("\n".join(lines))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--generations", default="v5e,v6e")
+    parser.add_argument("--tokens", default=",".join(map(str, zoo.LONG_TOKENS)))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--capacity", default="", help="a generation to search capacity on")
+    parser.add_argument("--max-batch", type=int, default=1024)
+    args = parser.parse_args(argv)
+    records = _records()
+    tokens = [int(t) for t in args.tokens.split(",")]
+    variants = args.variants.split(",")
+    for gen in args.generations.split(","):
+        for t in tokens:
+            for variant in variants:
+                compile_record(records, gen, t, variant, probe_batch(t))
+    capacity = {}
+    if args.capacity:
+        gen = args.capacity
+        capacity[gen] = {
+            (v, t): largest_batch(records, gen, t, v, args.max_batch)
+            for t in tokens
+            for v in variants
+        }
+    render(records, capacity)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Gradient penalties through a transformer critic that uses fastgp.attention.
+
+The oracle is the naive penalty (nested ``jax.grad``) of the same critic with plain jnp
+attention: value, parameter gradients and a Hessian-vector product in the parameters, for every
+kind, both second orders and remat. A critic holding an op without forward mode gets an error
+that names the ways out.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fastgp
+
+KINDS = ["wgan-gp", "wgan-lp", "r1"]
+HEADS, HEAD_DIM, WIDTH, TOKENS, PATCH = 2, 32, 32, 24, 6
+
+
+def init(key):
+    ks = jax.random.split(key, 6)
+    n = lambda k, shape, s: jax.random.normal(k, shape) * s
+    return {
+        "embed": n(ks[0], (PATCH, WIDTH), 0.5),
+        "qkv": n(ks[1], (WIDTH, 3 * HEADS * HEAD_DIM), 0.3),
+        "out": n(ks[2], (HEADS * HEAD_DIM, WIDTH), 0.2),
+        "mlp": n(ks[3], (WIDTH, WIDTH), 0.3),
+        "head": n(ks[4], (WIDTH,), 0.5),
+    }
+
+
+def layer_norm(h):
+    mean = jnp.mean(h, -1, keepdims=True)
+    return (h - mean) * jax.lax.rsqrt(jnp.var(h, -1, keepdims=True) + 1e-5)
+
+
+def critic(attention, params, x):
+    """A pre-LN transformer block on (B, TOKENS, PATCH) inputs -> (B,) scores."""
+    h = x @ params["embed"]
+    qkv = (layer_norm(h) @ params["qkv"]).reshape(*h.shape[:2], 3, HEADS, HEAD_DIM)
+    a = attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
+    h = h + a.reshape(*h.shape[:2], -1) @ params["out"]
+    h = h + jax.nn.gelu(layer_norm(h) @ params["mlp"])
+    return jnp.mean(h, axis=1) @ params["head"]
+
+
+def ours(backend, causal=False):
+    return functools.partial(fastgp.attention, backend=backend, is_causal=causal)
+
+
+def naive(causal=False):
+    return functools.partial(fastgp.naive_attention, is_causal=causal)
+
+
+def rel_err(got, want):
+    return max(
+        float(
+            np.max(np.abs(np.asarray(g) - np.asarray(w))) / (np.max(np.abs(np.asarray(w))) + 1e-30)
+        )
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
+    )
+
+
+def penalty_fn(attention, penalty, **kw):
+    return lambda p, x: penalty(lambda y: critic(attention, p, y), x, **kw)
+
+
+def value_grad_hvp(loss, params, x, direction):
+    value, grads = jax.value_and_grad(loss)(params, x)
+    hvp = jax.jvp(lambda p: jax.grad(loss)(p, x), (params,), (direction,))[1]
+    return value, grads, hvp
+
+
+def data():
+    key = jax.random.PRNGKey(1)
+    params = init(key)
+    x = jax.random.normal(jax.random.PRNGKey(2), (3, TOKENS, PATCH))
+    direction = jax.tree.map(lambda a: jnp.cos(a * 7.0), params)
+    return params, x, direction
+
+
+@pytest.mark.parametrize("backend", ["xla", "interpret"])
+@pytest.mark.parametrize("second_order", ["reverse-over-forward", "reverse"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_penalty_through_attention_equals_naive(kind, second_order, backend):
+    params, x, direction = data()
+    kw = dict(kind=kind, target=1.0 if kind != "wgan-lp" else 0.5)
+    got = value_grad_hvp(
+        penalty_fn(ours(backend), fastgp.gradient_penalty, second_order=second_order, **kw),
+        params,
+        x,
+        direction,
+    )
+    want = value_grad_hvp(
+        penalty_fn(naive(), fastgp.naive_gradient_penalty, **kw), params, x, direction
+    )
+    for name, g, w in zip(("value", "grads", "hvp"), got, want, strict=True):
+        assert rel_err(g, w) < 1e-5, name
+
+
+@pytest.mark.parametrize("remat", ["nothing", "dots"])
+def test_penalty_through_causal_attention_with_remat(remat):
+    params, x, direction = data()
+    got = value_grad_hvp(
+        penalty_fn(ours("xla", causal=True), fastgp.gradient_penalty, remat=remat),
+        params,
+        x,
+        direction,
+    )
+    want = value_grad_hvp(
+        penalty_fn(naive(causal=True), fastgp.naive_gradient_penalty), params, x, direction
+    )
+    for name, g, w in zip(("value", "grads", "hvp"), got, want, strict=True):
+        assert rel_err(g, w) < 1e-5, name
+
+
+@jax.custom_vjp
+def fused_tanh(x):
+    return jnp.tanh(x)
+
+
+fused_tanh.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (g * (1 - jnp.tanh(x) ** 2),))
+
+
+def test_an_op_without_forward_mode_gets_an_error_naming_the_ways_out():
+    params, x, _ = data()
+    loss = lambda p, x: fastgp.gradient_penalty(lambda y: fused_tanh(y @ p["embed"]).sum((1, 2)), x)
+    with pytest.raises(NotImplementedError, match="without forward mode") as err:
+        jax.grad(loss)(params, x)
+    for way_out in ("second_order='reverse'", "fastgp.attention", "fastgp.approximate_r1"):
+        assert way_out in str(err.value)
+    assert isinstance(err.value, fastgp.FirstOrderOnlyOpError)
+    # the reverse second order takes it, since this op's backward is plain jnp
+    reverse = lambda p, x: fastgp.gradient_penalty(
+        lambda y: fused_tanh(y @ p["embed"]).sum((1, 2)), x, second_order="reverse"
+    )
+    assert np.isfinite(jax.grad(reverse)(params, x)["embed"]).all()
+
+
+def test_jax_pallas_flash_attention_in_a_critic_gets_the_error_too():
+    """JAX's own Pallas TPU flash attention (a custom_vjp with a kernel backward): neither second
+    order can be taken through it, and both say so by name."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
+
+    params, _, _ = data()
+    x = jax.random.normal(jax.random.PRNGKey(3), (2, 128, PATCH))  # its smallest block is 128
+
+    def pallas_attention(q, k, v):
+        to_bhtd = lambda t: jnp.swapaxes(t, 1, 2)
+        blocks = jax_flash.BlockSizes(
+            **{f: (1 if f == "block_b" else 128) for f in jax_flash.BlockSizes.__dataclass_fields__}
+        )
+        o = jax_flash.flash_attention(
+            *(to_bhtd(t) for t in (q, k, v)), sm_scale=HEAD_DIM**-0.5, block_sizes=blocks
+        )
+        return jnp.swapaxes(o, 1, 2)
+
+    for second_order in ("reverse-over-forward", "reverse"):
+        loss = penalty_fn(pallas_attention, fastgp.gradient_penalty, second_order=second_order)
+        with pytest.raises(fastgp.FirstOrderOnlyOpError, match=r"fastgp\.attention"):
+            jax.eval_shape(jax.grad(loss), params, x)
