@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 from fastgp.train.data import sample_toy, toy_modes
-from fastgp.train.quality import mode_quality
+from fastgp.train.evaluation import mode_quality
 from fastgp.train.recipes import TOY, toy_networks
 from fastgp.train.state import TrainConfig
 from fastgp.train.trainer import Trainer, make_mesh

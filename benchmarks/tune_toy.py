@@ -18,8 +18,8 @@ import jax
 import numpy as np
 
 from fastgp.train.data import sample_toy, toy_modes
+from fastgp.train.evaluation import mode_quality
 from fastgp.train.models import ACTIVATIONS
-from fastgp.train.quality import mode_quality
 from fastgp.train.recipes import RECIPES, TOY_DEPTH, toy_networks
 from fastgp.train.state import TrainConfig
 from fastgp.train.trainer import Trainer, make_mesh

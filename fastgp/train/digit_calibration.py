@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastgp.train.digit_quality import FRECHET_SETS, NOISE_SIGMAS, PIXELS, DigitQuality
+from fastgp.train.evaluation import FRECHET_SETS, NOISE_SIGMAS, PIXELS, DigitQuality
 
 RESAMPLED = "real, resampled (a copy of the training half)"
 MARKERS = ("<!-- digits-calibration -->", "<!-- /digits-calibration -->")

@@ -34,7 +34,7 @@ def metrics_record(step: int, wall_s: float, metrics, quality=None) -> dict:
     the penalty (null when none did); ``nonfinite`` counts each core's non-finite norms over the
     whole chunk. ``quality``: modes, total_modes, high_quality (2-D mixtures); c2st_accuracy,
     c2st_floor, c2st_sigma, frechet_distance, frechet_spread, frechet_sigma, confidence,
-    classes_covered, class_entropy (digits: ``fastgp.train.run.DIGITS_RECORD``).
+    classes_covered, class_entropy (digits: ``fastgp.train.evaluation.DIGITS_RECORD``).
     """
     m = {name: np.asarray(value) for name, value in metrics.items()}
     critic = lambda name: m[name].reshape((-1,) + m[name].shape[2:])  # (I*C, N)

@@ -1,6 +1,7 @@
 """``--second-order auto``: the trainer's own critic loss handed to ``fastgp.autotune`` once.
 
     config, tuning = choose_second_order(config, problem, local_batch)
+    tuning_line(config, tuning)   -> the line the run prints;  tuning_record(tuning) -> run.json's
 
 The loss is the trainer's critic loss on one device at the per-device batch: W = mean D(real) -
 mean D(fake) and the penalty at interpolates (at the reals for R1), in the run's compute dtype,
@@ -83,4 +84,25 @@ def choose_second_order(
     return dataclasses.replace(config, second_order=SECOND_ORDER[pick]), tuning
 
 
-__all__ = ["BF16_RTOL", "choose_second_order"]
+def tuning_line(config: TrainConfig, tuning: Tuning) -> str:
+    """One line on what ``--second-order auto`` measured and chose."""
+    times = ", ".join(
+        f"{r.variant.second_order} {r.seconds * 1e3:.3g} ms" for r in tuning.results if r.seconds
+    )
+    return (
+        f"--second-order auto: {config.second_order} (critic step on one device: {times}; "
+        f"each checked against the naive penalty)"
+    )
+
+
+def tuning_record(tuning: Tuning) -> dict[str, Any]:
+    """What run.json records of the pick (``second_order_tuning``)."""
+    return {
+        "measured_on": tuning.measured_on,
+        "seconds": {r.variant.second_order: r.seconds for r in tuning.results},
+        "naive_seconds": tuning.naive.seconds,
+        "gradient_error": {r.variant.second_order: r.gradient_error for r in tuning.results},
+    }
+
+
+__all__ = ["BF16_RTOL", "choose_second_order", "tuning_line", "tuning_record"]

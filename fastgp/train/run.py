@@ -27,10 +27,8 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from fastgp.penalty import grad_norms
 from fastgp.train import outputs
 from fastgp.train.checkpoints import (
     CheckpointDamaged,
@@ -39,15 +37,13 @@ from fastgp.train.checkpoints import (
     host_copy,
     reason,
 )
-from fastgp.train.data import toy_modes
-from fastgp.train.figures import plot_run
+from fastgp.train.evaluation import Evaluator
 from fastgp.train.nonfinite import first_nonfinite_loss, nonfinite_state
-from fastgp.train.penalty_tuning import choose_second_order
+from fastgp.train.penalty_tuning import choose_second_order, tuning_line, tuning_record
 from fastgp.train.progress import RunProgress
-from fastgp.train.quality import mode_quality
 from fastgp.train.recipes import build_problem, default_config
 from fastgp.train.runlock import DirectoryBusy, RunLock
-from fastgp.train.state import ConfigError, TrainConfig, init_state
+from fastgp.train.state import ConfigError, TrainConfig, TrainState, init_state
 from fastgp.train.trainer import Trainer, make_mesh
 
 DEFAULT_DATASET = "8gaussians"
@@ -241,26 +237,6 @@ def _warn(text: str) -> None:
     print(f"fastgp train: {text}", file=sys.stderr, flush=True)
 
 
-def _tuning_line(config, tuning) -> str:
-    """One line on what ``--second-order auto`` measured and chose."""
-    times = ", ".join(
-        f"{r.variant.second_order} {r.seconds * 1e3:.3g} ms" for r in tuning.results if r.seconds
-    )
-    return (
-        f"--second-order auto: {config.second_order} (critic step on one device: {times}; "
-        f"each checked against the naive penalty)"
-    )
-
-
-def _tuning_record(tuning) -> dict:
-    return {
-        "measured_on": tuning.measured_on,
-        "seconds": {r.variant.second_order: r.seconds for r in tuning.results},
-        "naive_seconds": tuning.naive.seconds,
-        "gradient_error": {r.variant.second_order: r.gradient_error for r in tuning.results},
-    }
-
-
 def _barrier(name: str) -> None:
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
@@ -328,125 +304,6 @@ def _next_stop(it: int, end: int, *periods) -> int:
     return min([end] + [(it // p + 1) * p for p in periods if p])
 
 
-# Digits-metric keys logged in metrics.jsonl (the summary holds the whole metric).
-DIGITS_RECORD = (
-    "c2st_accuracy",
-    "c2st_floor",
-    "c2st_sigma",
-    "frechet_distance",
-    "frechet_spread",
-    "frechet_sigma",
-    "confidence",
-    "classes_covered",
-    "class_entropy",
-)
-
-
-class _Evaluator:
-    """Host-side evaluation on this process's copy of the parameters (no collectives).
-
-    Gaussian mixtures: modes captured and high-quality share (``fastgp.train.quality``). Digits:
-    ``fastgp.train.digit_quality.DigitQuality`` (built at the first evaluation, then reused) on at
-    least its ``sets_wanted`` generator samples. Swiss roll: no evaluation."""
-
-    def __init__(self, dataset, config, problem, n):
-        self.config, self.problem, self.n = config, problem, n
-        self.dataset = dataset
-        self.modes = None if problem.image or dataset == "swissroll" else toy_modes(dataset)
-        self._digits = None
-        self._last = None  # (step, quality) of the latest evaluation
-        self.key = jax.random.PRNGKey(config.seed + 10_000)
-        latent = config.latent_dim
-        gen, critic = problem.generator, problem.critic
-        self._sample = jax.jit(
-            lambda p, key, n: gen.apply(
-                p, jax.random.normal(key, (n, latent), jnp.float32), dtype=config.dtype
-            ),
-            static_argnums=2,
-        )
-        self._critic = jax.jit(lambda p, x: critic.apply(p, x, dtype=config.dtype))
-        self._norms = jax.jit(
-            lambda p, x: grad_norms(
-                jax.grad(lambda y: jnp.sum(critic.apply(p, y, dtype=config.dtype)))(x),
-                backend="xla",
-            )
-        )
-
-    def samples(self, g_params, n=None):
-        return np.asarray(self._sample(g_params, self.key, n or self.n), np.float32)
-
-    @property
-    def evaluates(self) -> bool:
-        """Whether this dataset has a quality evaluation (runs stop at --eval-every for it)."""
-        return self.modes is not None or self.dataset == "digits"
-
-    def digits_metric(self):
-        if self._digits is None:
-            from fastgp.train.digit_quality import DigitQuality
-
-            self._digits = DigitQuality()
-        return self._digits
-
-    def quality(self, g_params, step):
-        """The quality of the generator at ``step`` (computed once per step), or None.
-
-        Gaussian mixtures: {"modes", "high_quality", "total_modes"}; digits: the
-        ``DigitQuality`` metric (C2ST, Frechet distance and confidence with their real-vs-real
-        floors and equivalent noise sigmas, class coverage)."""
-        if not self.evaluates:
-            return None
-        if self._last is not None and self._last[0] == step:
-            return self._last[1]
-        if self.modes is not None:
-            q = mode_quality(self.samples(g_params), *self.modes)
-            q = {**q, "high_quality": round(q["high_quality"], 2)}
-        else:
-            metric = self.digits_metric()
-            q = metric(self.samples(g_params, max(self.n, metric.sets_wanted)))
-        self._last = (step, q)
-        return q
-
-    @staticmethod
-    def record(quality):
-        """The part of ``quality`` that goes into a metrics.jsonl line."""
-        if quality is None or "c2st_accuracy" not in quality:
-            return quality
-        return {k: quality[k] for k in DIGITS_RECORD}
-
-    @staticmethod
-    def headline(quality) -> str:
-        """``quality`` in a few words, for the figure's title ("" if None)."""
-        if quality is None:
-            return ""
-        if "modes" in quality:
-            return (
-                f", {quality['modes']}/{quality['total_modes']} modes, "
-                f"{quality['high_quality']:.1f}% high quality"
-            )
-        return (
-            f", C2ST {quality['c2st_accuracy']:.3f} (real {quality['c2st_floor']:.3f}, "
-            f"noise sigma {quality['c2st_sigma']:.3f}), FD {quality['frechet_distance']:.2f} "
-            f"(real {quality['frechet_floor']:.2f}), {quality['classes_covered']}/10 classes"
-        )
-
-    def figure(self, path, state, records, title):
-        g_params, d_params = state.g_params, state.d_params
-        k_real, k_alpha = jax.random.split(jax.random.fold_in(self.key, 1))
-        real = np.asarray(self.problem.sample_real(k_real, self.n), np.float32)
-        fake = self.samples(g_params)
-        alpha = np.asarray(jax.random.uniform(k_alpha, (self.n,)), np.float32)
-        alpha = alpha.reshape((-1,) + (1,) * (real.ndim - 1))
-        norms = np.asarray(self._norms(d_params, real + alpha * (fake - real)))
-        grid = None
-        if real.ndim == 2:
-            both = np.concatenate([real, fake[np.all(np.isfinite(fake), 1)]])
-            lo, hi = np.percentile(both, 0.5, 0) - 0.5, np.percentile(both, 99.5, 0) + 0.5
-            xs, ys = np.linspace(lo[0], hi[0], 120), np.linspace(lo[1], hi[1], 120)
-            mesh = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2).astype(np.float32)
-            grid = (xs, ys, np.asarray(self._critic(d_params, mesh)).reshape(len(ys), len(xs)))
-        plot_run(path, real, fake, norms, records, critic_grid=grid, title=title)
-
-
 def train(options: RunOptions, overrides: dict, stop=None) -> dict:
     """Run (or continue) training; returns the summary (process 0 also writes it to --out).
 
@@ -464,6 +321,52 @@ def train(options: RunOptions, overrides: dict, stop=None) -> dict:
 
 
 def _train(options: RunOptions, overrides: dict, stop) -> dict:
+    session = _setup(options, overrides)
+    it, signum = _loop(session, stop)
+    return _finish(session, it, signum)
+
+
+@dataclasses.dataclass
+class _Session:
+    """One invocation's run, from :func:`_setup` through :func:`_loop` to :func:`_finish`."""
+
+    options: RunOptions
+    out: Path
+    primary: bool
+    dataset: str
+    config: TrainConfig
+    checkpoints: Checkpoints
+    trainer: Trainer
+    state: TrainState
+    evaluator: Evaluator
+    log: outputs.MetricsLog | None
+    run_meta: dict
+    devices: int
+    end: int  # the iteration this invocation stops at
+    start: float  # time.perf_counter() at the start of this invocation
+    wall_before: float  # the wall seconds of the invocations before (a resumed run)
+
+    def wall(self) -> float:
+        return self.wall_before + time.perf_counter() - self.start
+
+    def save(self, step: int) -> None:
+        try:
+            self.checkpoints.save(step, self.state, {**self.run_meta, "wall_s": self.wall()})
+        except CheckpointWriteError as err:
+            newest = self.checkpoints.latest_step()
+            raise RunFailure(
+                f"{err}. The run stopped at step {step}; "
+                + (
+                    f"its newest checkpoint is step {newest} (--resume continues from it)"
+                    if newest is not None
+                    else "it has no checkpoint yet"
+                )
+            ) from None
+
+
+def _setup(options: RunOptions, overrides: dict) -> _Session:
+    """The config, the trainer and its state (fresh or resumed), the evaluator, metrics.jsonl
+    and run.json: everything before the first step."""
     start = time.perf_counter()
     out = Path(options.out)
     primary = jax.process_index() == 0
@@ -489,7 +392,7 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
     if config.second_order == "auto":
         config, tuned = choose_second_order(config, problem, config.batch_size // len(devices))
         if primary:
-            _warn(_tuning_line(config, tuned))
+            _warn(tuning_line(config, tuned))
     try:
         trainer = Trainer(
             config,
@@ -507,7 +410,6 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
     if resumed is not None:
         state = trainer.replicate(resumed.state)
     it = int(host_copy(state.iteration))
-    evaluator = _Evaluator(dataset, config, problem, options.eval_samples)
     log = (
         _write(f"{out / outputs.METRICS}", lambda: outputs.MetricsLog(out, keep_until=it))
         if primary
@@ -528,63 +430,63 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
                 "devices": len(devices),
                 "processes": jax.process_count(),
                 "fused": trainer.fused,
-                **({} if tuned is None else {"second_order_tuning": _tuning_record(tuned)}),
+                **({} if tuned is None else {"second_order_tuning": tuning_record(tuned)}),
             },
         )
+    return _Session(
+        options=options,
+        out=out,
+        primary=primary,
+        dataset=dataset,
+        config=config,
+        checkpoints=checkpoints,
+        trainer=trainer,
+        state=state,
+        evaluator=Evaluator(dataset, config, problem, options.eval_samples),
+        log=log,
+        run_meta=run_meta,
+        devices=len(devices),
+        end=end,
+        start=start,
+        wall_before=wall_before,
+    )
 
-    def wall():
-        return wall_before + time.perf_counter() - start
 
-    def save(step):
-        try:
-            checkpoints.save(step, state, {**run_meta, "wall_s": wall()})
-        except CheckpointWriteError as err:
-            newest = checkpoints.latest_step()
-            raise RunFailure(
-                f"{err}. The run stopped at step {step}; "
-                + (
-                    f"its newest checkpoint is step {newest} (--resume continues from it)"
-                    if newest is not None
-                    else "it has no checkpoint yet"
-                )
-            ) from None
-
+def _loop(session: _Session, stop) -> tuple[int, int]:
+    """Chunks of ``Trainer.run`` up to ``session.end``, each logged (and evaluated, checkpointed)
+    at its end; returns (the iteration reached, the signal that stopped it or 0)."""
+    options, evaluator, trainer = session.options, session.evaluator, session.trainer
+    it = int(host_copy(session.state.iteration))
     first, signum = True, 0
-    with RunProgress(total, it, enabled=primary and options.progress) as bar:
-        while it < end:
+    with RunProgress(
+        session.config.total_steps, it, enabled=session.primary and options.progress
+    ) as bar:
+        while it < session.end:
             stop_at = _next_stop(
                 it,
-                end,
+                session.end,
                 options.log_every,
                 options.checkpoint_every,
                 options.eval_every if evaluator.evaluates else None,
             )
             try:
-                state, metrics = trainer.run(state, stop_at - it)
+                session.state, metrics = trainer.run(session.state, stop_at - it)
                 metrics = jax.device_get(metrics)
             except ValueError as err:  # lowering: a backend this platform cannot run
-                if first and config.backend not in ("auto", "xla"):
-                    raise RunError(f"--backend {config.backend}: {err}") from None
+                backend = session.config.backend
+                if first and backend not in ("auto", "xla"):
+                    raise RunError(f"--backend {backend}: {err}") from None
                 raise
             first = False
             fault = first_nonfinite_loss(metrics, it)
             if fault is None:
-                fault = nonfinite_state(state)
+                fault = nonfinite_state(session.state)
                 fault = fault and f"{fault} after step {stop_at}"
             it = stop_at
-            if primary:
-                quality = None
-                if (
-                    fault is None
-                    and evaluator.evaluates
-                    and (it % options.eval_every == 0 or it == end)
-                ):
-                    quality = evaluator.quality(host_copy(state.g_params), it)
-                record = outputs.metrics_record(it, wall(), metrics, evaluator.record(quality))
-                _write(f"{log.path}", log.append, record)
-                bar.update(it, record)
+            if session.log is not None:
+                _log_chunk(session, it, metrics, bar, evaluate=fault is None)
             if fault is not None:
-                newest = checkpoints.latest_step()
+                newest = session.checkpoints.latest_step()
                 raise RunFailure(
                     f"training diverged: {fault}. No checkpoint was written after it; "
                     + (
@@ -594,36 +496,60 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
                     )
                 )
             signum = _stop_signal(stop)
-            if it % options.checkpoint_every == 0 or it == end or signum:
-                save(it)
+            if it % options.checkpoint_every == 0 or it == session.end or signum:
+                session.save(it)
             if signum:
                 break
-    train_s = wall()
-    checkpoints.close()
+    return it, signum
 
+
+def _log_chunk(session: _Session, it: int, metrics, bar: RunProgress, *, evaluate: bool) -> None:
+    """Process 0: the chunk's line of metrics.jsonl (with the quality at evaluation points) and
+    the progress bar."""
+    evaluator, options = session.evaluator, session.options
+    quality = None
+    if evaluate and evaluator.evaluates and (it % options.eval_every == 0 or it == session.end):
+        quality = evaluator.quality(host_copy(session.state.g_params), it)
+    record = outputs.metrics_record(it, session.wall(), metrics, evaluator.record(quality))
+    assert session.log is not None
+    _write(f"{session.log.path}", session.log.append, record)
+    bar.update(it, record)
+
+
+def _finish(session: _Session, it: int, signum: int) -> dict:
+    """The summary; process 0 also writes the samples, the figure and summary.json."""
+    train_s = session.wall()
+    session.checkpoints.close()
+    out, evaluator = session.out, session.evaluator
     summary = {
-        "dataset": dataset,
+        "dataset": session.dataset,
         "steps": it,
-        "total_steps": total,
-        "devices": len(devices),
+        "total_steps": session.config.total_steps,
+        "devices": session.devices,
         "processes": jax.process_count(),
     }
     if signum:
         summary["stopped_by"] = signal.Signals(signum).name
-    if not primary:
+    if not session.primary:
         return summary
-    host = host_copy(state)
-    samples = evaluator.samples(host.g_params, max(options.eval_samples, 2500))
+    assert session.log is not None
+    host = host_copy(session.state)
+    samples = evaluator.samples(host.g_params, max(session.options.eval_samples, 2500))
     _write(f"{out / outputs.SAMPLES}", outputs.write_samples, out, samples)
     quality = evaluator.quality(host.g_params, it)
     if quality is not None:
         summary.update(quality)
     summary["train_s"] = round(train_s, 1)
-    title = f"{dataset}: {it} generator steps" + evaluator.headline(quality)
+    title = f"{session.dataset}: {it} generator steps" + evaluator.headline(quality)
     _write(
-        f"{out / outputs.FIGURE}", evaluator.figure, out / outputs.FIGURE, host, log.records, title
+        f"{out / outputs.FIGURE}",
+        evaluator.figure,
+        out / outputs.FIGURE,
+        host,
+        session.log.records,
+        title,
     )
-    summary.update(wall_s=round(wall(), 1), out=str(out))
+    summary.update(wall_s=round(session.wall(), 1), out=str(out))
     _write(f"{out / outputs.SUMMARY}", outputs.write_json, out / outputs.SUMMARY, summary)
     return summary
 
