@@ -34,6 +34,7 @@ import workloads  # noqa: E402
 import zoo  # noqa: E402
 from fastgp import approximate_r1, gradient_penalty  # noqa: E402
 from fastgp._timing import interleaved_times  # noqa: E402
+from tables import markdown_table  # noqa: E402
 
 RESULTS = HERE / "results"
 SIGMAS = (0.001, 0.01, 0.1)
@@ -99,15 +100,21 @@ def markdown(result) -> str:
         + "`. ratio = approximate_r1(weight 1) / (sigma^2 R1), one draw per noise key; mean "
         "± its standard error, the spread of a single draw (std, 5th-95th percentile).",
         "",
-        "| critic | batch | sigma | ratio mean ± s.e. | std of one draw | 5%-95% |",
-        "|---|---|---|---|---|---|",
+        *markdown_table(
+            ["critic", "batch", "sigma", "ratio mean ± s.e.", "std of one draw", "5%-95%"],
+            (
+                [
+                    row["critic"],
+                    row["batch"],
+                    f"{row['sigma']:g}",
+                    f"{row['mean']:.4f} ± {row['standard_error']:.4f}",
+                    f"{row['std']:.3f}",
+                    f"{row['p05']:.3f}-{row['p95']:.3f}",
+                ]
+                for row in result["ratios"]
+            ),
+        ),
     ]
-    for row in result["ratios"]:
-        lines.append(
-            f"| {row['critic']} | {row['batch']} | {row['sigma']:g} | "
-            f"{row['mean']:.4f} ± {row['standard_error']:.4f} | {row['std']:.3f} | "
-            f"{row['p05']:.3f}-{row['p95']:.3f} |"
-        )
     if not result["times"]:
         return "\n".join([*lines, "", f"Machine: {result['machine']}; JAX {result['jax']}.", ""])
     lines += [
@@ -119,15 +126,24 @@ def markdown(result) -> str:
             f"weight {APT_WEIGHT:g} x 0.01^2."
         ),
         "",
-        "| critic | batch | plain ms | exact R1 ms | approximate_r1 ms | approximate / exact |",
-        "|---|---|---|---|---|---|",
+        *markdown_table(
+            [
+                *("critic", "batch", "plain ms", "exact R1 ms"),
+                *("approximate_r1 ms", "approximate / exact"),
+            ],
+            (
+                [
+                    row["critic"],
+                    row["batch"],
+                    f"{1e3 * row['plain']:.2f}",
+                    f"{1e3 * row['exact-r1']:.2f}",
+                    f"{1e3 * row['approximate-r1']:.2f}",
+                    f"{row['approximate-r1'] / row['exact-r1']:.3f}x",
+                ]
+                for row in result["times"]
+            ),
+        ),
     ]
-    for row in result["times"]:
-        lines.append(
-            f"| {row['critic']} | {row['batch']} | {1e3 * row['plain']:.2f} | "
-            f"{1e3 * row['exact-r1']:.2f} | {1e3 * row['approximate-r1']:.2f} | "
-            f"{row['approximate-r1'] / row['exact-r1']:.3f}x |"
-        )
     lines += ["", f"Machine: {result['machine']}; JAX {result['jax']}.", ""]
     return "\n".join(lines)
 
