@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINT_PATHS := fastgp kernels benchmarks tests
-# mypy checks the installed layout (kernels/ as fastgp/kernels) through a tree of links here.
+# mypy checks the installed layout (kernels/ as fastgp/kernels) and tests/ through a tree of links here.
 TYPECHECK := build/typecheck
 
 .PHONY: test check lint train bench tpu-compile tpu-capacity clean
@@ -19,8 +19,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	rm -rf $(TYPECHECK)/fastgp
 	mkdir -p $(TYPECHECK)/fastgp
-	ln -s $(CURDIR)/fastgp/*.py $(CURDIR)/fastgp/py.typed $(TYPECHECK)/fastgp/
+	ln -s $(CURDIR)/fastgp/*.py $(CURDIR)/fastgp/py.typed $(CURDIR)/fastgp/train $(TYPECHECK)/fastgp/
 	ln -s $(CURDIR)/kernels $(TYPECHECK)/fastgp/kernels
+	ln -sfn $(CURDIR)/tests $(TYPECHECK)/tests
 	cd $(TYPECHECK) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml
 
 test: lint

@@ -12,7 +12,7 @@ Two limits of interpret mode, and what fastgp does about each:
 """
 
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import jax
 
@@ -43,9 +43,13 @@ class _Blocking:
         return jax.block_until_ready(self._fn(*args, **kwargs))
 
 
-def blocking(fn: Callable[..., Any], backend: str) -> Callable[..., Any]:
-    """``fn`` itself, or for an interpret backend a wrapper that waits for every result."""
-    return _Blocking(fn) if backend in INTERPRET_BACKENDS else fn
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def blocking(fn: F, backend: str) -> F:
+    """``fn`` itself, or for an interpret backend a wrapper that waits for every result (a jitted
+    ``fn``'s ``lower`` kept)."""
+    return cast(F, _Blocking(fn)) if backend in INTERPRET_BACKENDS else fn
 
 
 __all__ = ["INTERPRET_BACKENDS", "blocking", "check_backend_for_manual_axes"]

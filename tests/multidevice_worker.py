@@ -11,6 +11,7 @@ import itertools
 import json
 import re
 import sys
+from collections.abc import Callable
 
 import jax
 
@@ -28,7 +29,7 @@ from fastgp.train.models import Model  # noqa: E402
 from fastgp.train.naive_trainer import NaiveTrainer  # noqa: E402
 from fastgp.train.state import TrainConfig  # noqa: E402
 
-SCENARIOS = {}
+SCENARIOS: dict[str, Callable[[int], dict]] = {}
 
 
 def scenario(fn):
@@ -162,7 +163,7 @@ def aot(devices):
 
     devs = topologies.get_topology_desc("v5e:2x2", "tpu").devices
     mesh = Mesh(np.array(devs), ("data",))
-    out = {"platform": devs[0].platform, "devices": len(devs)}
+    out = {"platform": devs[0].platform, "devices": len(devs)}  # type: ignore[attr-defined]
     for backend in ("auto", "pallas"):
         config = TrainConfig(batch_size=32, n_critic=2, backend=backend)
         out[backend] = _aot_kernels(mesh, config)
@@ -187,8 +188,8 @@ def _aot_kernels(mesh, config):
     state = spec(jax.eval_shape(lambda: init_state(config, *problem()[:2])), P())
     real = spec(jax.ShapeDtypeStruct((config.batch_size, 2), jnp.float32), P("data"))
     step = spec(jax.ShapeDtypeStruct((), jnp.int32), P())
-    critic_step = sharded.critic_step.lower(state, real, step).compile().as_text()
-    fused_run = sharded.run.lower(state, 2).compile().as_text()
+    critic_step = sharded.critic_step.lower(state, real, step).compile().as_text() or ""
+    fused_run = sharded.run.lower(state, 2).compile().as_text() or ""
     return {"critic_step": "tpu_custom_call" in critic_step, "run": "tpu_custom_call" in fused_run}
 
 
@@ -217,7 +218,11 @@ def aot_precision(devices):
     out = {}
     for backend, precision in itertools.product(("auto", "pallas"), ("f32", "bf16")):
         config = TrainConfig(
-            batch_size=32, n_critic=2, backend=backend, precision=precision, latent_dim=8
+            batch_size=32,
+            n_critic=2,
+            backend=backend,  # type: ignore[arg-type]
+            precision=precision,  # type: ignore[arg-type]
+            latent_dim=8,
         )
         sharded = trainer.Trainer(config, *networks, index_sampler(images), mesh=mesh)
 

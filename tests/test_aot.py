@@ -33,7 +33,8 @@ def compile_text(generation, fn, *shapes):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(300, 5000), (64, 12288), (5, 3), (1, 1)], ids=str)
 def test_row_kernel_compiles_with_generation_tiling(generation, dtype, shape):
-    blocks = row_blocks(*shape, jnp.dtype(DTYPES[dtype]).itemsize, generation)
+    batch, features = shape
+    blocks = row_blocks(batch, features, jnp.dtype(DTYPES[dtype]).itemsize, generation)
     text = compile_text(
         generation,
         lambda g: row_sumsq(g, blocks=blocks),
@@ -153,7 +154,9 @@ def test_sharded_bf16_critic_step_holds_the_kernel_and_gathers_no_input(mesh):
     assert counts["all-to-all"] == 0
     local_batch = spec.batch // sharded.MESHES[mesh][1][0]
     for result in counts["gathered"]:
-        dims = re.match(r"\w+\[([\d,]*)\]", result).group(1).split(",")
+        match = re.match(r"\w+\[([\d,]*)\]", result)
+        assert match is not None, result
+        dims = match.group(1).split(",")
         assert dims[0] not in (str(spec.batch), str(local_batch)), result
     if mesh != "v5p":
         assert counts["gathered"] == []

@@ -205,7 +205,7 @@ def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, t
     )
     deadline = time.monotonic() + 180
     while not _committed_steps(tmp_path / "checkpoints") and time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert proc.poll() is None, proc.stderr and proc.stderr.read().decode()[-3000:]
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -585,7 +585,7 @@ def test_with_cpu_devices_carries_on_or_reruns(monkeypatch):
         runs.append((command, env))
         return subprocess.CompletedProcess(command, 7)
 
-    monkeypatch.setattr(launcher.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)  # launcher.subprocess is this module
     want = str(have + 1)
     assert (
         launcher.with_cpu_devices(have + 1, "fastgp.train.cli", ["check", "--devices", want]) == 7

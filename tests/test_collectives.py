@@ -79,6 +79,7 @@ def test_each_gradient_all_reduce_is_one_raveled_operand():
     )
     state = trainer.init()
     text = trainer.iteration.lower(state).compile().as_text()
+    assert text is not None
     assert count_collectives(text)["all-reduce"]["count"] == n_critic + 2, text
     critic_size = sum(leaf.size for leaf in jax.tree.leaves(state.d_params))
     single = [

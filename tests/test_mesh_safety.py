@@ -150,4 +150,4 @@ def test_generic_interpret_mode_inside_shard_map_names_tpu_interpret(backend):
 
 def test_axis_name_must_be_a_name():
     with pytest.raises(TypeError, match="axis_name"):
-        penalty.gradient_penalty(lambda x: jnp.sum(x, axis=1), jnp.ones((2, 3)), axis_name=3)
+        penalty.gradient_penalty(lambda x: jnp.sum(x, axis=1), jnp.ones((2, 3)), axis_name=3)  # type: ignore[arg-type]

@@ -152,7 +152,7 @@ def test_zero_input_gradient_gives_finite_parameter_gradients(backend):
         fn = lambda p: penalty.gradient_penalty(
             lambda y: critic(p, y),
             x,
-            kind=kind,  # noqa: B023
+            kind=kind,  # type: ignore[arg-type]  # noqa: B023
             target=0.1,
             backend=backend,
         )

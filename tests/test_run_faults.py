@@ -471,7 +471,7 @@ def test_lock_names_a_live_holder_and_is_free_after_it_dies(tmp_path):
         text=True,
     )
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with pytest.raises(
             DirectoryBusy, match=f"in use by another fastgp train \\(pid {holder.pid} on "
         ):
@@ -514,7 +514,7 @@ def test_lock_taken_but_not_yet_recorded(tmp_path, record_after_s):
         text=True,
     )
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         expected = f"\\(pid {holder.pid} on " if record_after_s < 1 else "did not say which"
         with pytest.raises(DirectoryBusy, match=expected):
             RunLock.acquire(tmp_path)
@@ -532,7 +532,7 @@ def test_lock_without_flock_uses_the_recorded_pid(tmp_path, monkeypatch):
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(runlock.fcntl, "flock", no_flock)
+    monkeypatch.setattr(fcntl, "flock", no_flock)  # runlock.fcntl is this module
     dead = subprocess.Popen(["true"])
     dead.wait()
     path = tmp_path / LOCK_NAME

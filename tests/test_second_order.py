@@ -6,6 +6,7 @@ and a pytree input; every kind; float32 and float64; inside shard_map on 4 devic
 """
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -81,7 +82,7 @@ def pytree_critic():
     return init, apply, {"img": (2, 3), "vec": (5,)}
 
 
-CRITICS = {
+CRITICS: dict[str, Callable[[], tuple]] = {
     "mlp": mlp_critic,
     "conv-nhwc": functools.partial(conv_critic, "NHWC"),
     "conv-nchw": functools.partial(conv_critic, "NCHW"),
@@ -93,6 +94,7 @@ def problem(name, batch=6, dtype=jnp.float32, seed=0):
     init, apply, shape = CRITICS[name]()
     k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
     params = init(k1, dtype)
+    x: dict | jax.Array
     if isinstance(shape, dict):
         keys = jax.random.split(k2, len(shape))
         x = {
@@ -104,7 +106,7 @@ def problem(name, batch=6, dtype=jnp.float32, seed=0):
     return apply, params, x
 
 
-def loss_fns(apply, x, kind, **options):
+def loss_fns(apply, x, kind, **options) -> tuple[Callable, Callable]:
     """(ours, naive): params -> penalty, with target 0.8 so samples fall on both sides of it."""
     ours = lambda p: penalty.gradient_penalty(
         functools.partial(apply, p), x, kind=kind, target=0.8, weight=3.0, **options
@@ -284,6 +286,6 @@ def test_unknown_options_raise():
     apply, params, x = problem("mlp")
     critic = functools.partial(apply, params)
     with pytest.raises(ValueError, match="second_order"):
-        penalty.gradient_penalty(critic, x, second_order="sideways")
+        penalty.gradient_penalty(critic, x, second_order="sideways")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="remat"):
-        penalty.gradient_penalty(critic, x, remat="everything")
+        penalty.gradient_penalty(critic, x, remat="everything")  # type: ignore[arg-type]

@@ -86,7 +86,7 @@ def problem(name):
     keys = jax.random.split(jax.random.PRNGKey(7), 3)
     params = init(keys[0])
     leaves, tree = jax.tree.flatten(template)
-    x = tree.unflatten(
+    x = tree.unflatten(  # type: ignore[attr-defined]  # jaxlib ships no PyTreeDef stubs
         [
             jax.random.normal(k, leaf.shape)
             for k, leaf in zip(jax.random.split(keys[1], len(leaves)), leaves, strict=True)

@@ -262,7 +262,7 @@ def test_fused_and_unfused_runs_agree(problem, gp_every):
         runs[fused] = (state, jax.tree.map(lambda a, b: np.concatenate([a, b]), first, second))
     (fused_state, fused_metrics), (state, metrics) = runs[True], runs[False]
     assert int(state.iteration) == int(fused_state.iteration) == 3
-    assert jax.tree.structure(metrics) == jax.tree.structure(fused_metrics)
+    assert jax.tree.structure(metrics) == jax.tree.structure(fused_metrics)  # type: ignore[operator]
     for name in metrics:
         assert metrics[name].shape == fused_metrics[name].shape, name
         assert metrics[name].dtype == fused_metrics[name].dtype, name
@@ -342,7 +342,7 @@ def test_default_fusing_follows_the_networks_program():
             calls[fused] += 1
             return iteration(state)
 
-        trainer.iteration = counted
+        trainer.iteration = counted  # type: ignore[assignment]
         state, metrics = trainer.run(trainer.init(), 3)
         assert int(state.iteration) == 3 and metrics["generator_loss"].shape == (3, 1)
     assert calls == {True: 0, False: 3}

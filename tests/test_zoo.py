@@ -13,6 +13,7 @@ critic. The shape and dtype checks trace the zoo's own configurations (CPU and T
 import os
 import pathlib
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ SMALL = {
     "vit32": (zoo.vit32(16, depth=1, heads=2, image=8), (8, 8, 3)),
     "mlp": (mlp([48, 16, 16, 16, 1]), (48,)),
 }
-OPTIONS = {
+OPTIONS: dict[str, dict[str, Any]] = {
     "default": {},
     "reverse": dict(second_order="reverse"),
     "remat-nothing": dict(remat="nothing"),

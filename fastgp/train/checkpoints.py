@@ -83,7 +83,7 @@ def _ignore_late_callbacks() -> None:
         if not (isinstance(err, RuntimeError) and str(err) == "Event loop is closed"):
             previous(unraisable)
 
-    hook._fastgp = True
+    hook._fastgp = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
 
 

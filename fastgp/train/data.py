@@ -57,8 +57,8 @@ def sample_toy(name: str, key: jax.Array, n: int) -> jax.Array:
         clean = jnp.stack([t * jnp.cos(t), t * jnp.sin(t)], axis=1)
         noisy = clean + 0.25 * jax.random.normal(k_noise, (n, 2), jnp.float32)
         return noisy / 7.5
-    centers, std, divisor = _MIXTURES[name]
-    centers = jnp.asarray(centers, jnp.float32)
+    table, std, divisor = _MIXTURES[name]
+    centers = jnp.asarray(table, jnp.float32)
     idx = jax.random.randint(k_choice, (n,), 0, centers.shape[0])
     points = centers[idx] + std * jax.random.normal(k_noise, (n, 2), jnp.float32)
     return points / divisor

@@ -61,12 +61,12 @@ def degraded(metric: DigitQuality, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     repeated = np.tile(real[:n], (FRECHET_SETS, 1))
     normal = rng.standard_normal((count, PIXELS))
-    rows = {"real": repeated}
+    rows: dict[str, np.ndarray | None] = {"real": repeated}
     for sigma in NOISE_SIGMAS[1:]:
         rows[f"real + noise {sigma}"] = np.clip(repeated + sigma * normal, -1.0, 1.0)
     rows[RESAMPLED] = None  # drawn last (below): the rows before it keep their random numbers
     padded = np.pad(real[:n].reshape(n, 8, 8), ((0, 0), (1, 1), (1, 1)), constant_values=-1.0)
-    box = sum(padded[:, i : i + 8, j : j + 8] for i in range(3) for j in range(3)) / 9.0
+    box = np.asarray(sum(padded[:, i : i + 8, j : j + 8] for i in range(3) for j in range(3))) / 9.0
     rows["real blurred"] = np.tile(box.reshape(n, PIXELS), (FRECHET_SETS, 1))
     threes = real[digit_labels()[metric.train_index] == 3]
     rows["real, one class (3)"] = threes[rng.integers(0, len(threes), count)]

@@ -214,8 +214,9 @@ def supervise(commands, env=None, *, quiet_others: bool = True, graceful: bool =
                 _stop(procs, grace=GRACE_S)
                 print(message, file=sys.stderr, flush=True)
                 return code if code > 0 else 1
-            if all(c is not None for c in codes):
-                return max(codes)
+            finished = [c for c in codes if c is not None]
+            if len(finished) == len(codes):
+                return max(finished)
             time.sleep(POLL_S)
     finally:
         _stop(procs)

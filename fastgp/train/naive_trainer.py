@@ -108,7 +108,7 @@ class NaiveTrainer:
             points = real + alpha * (fake - real)
         points = points.astype(cfg.dtype)  # as in the trainer: input-gradients in the compute dtype
         penalty = naive_gradient_penalty(
-            critic, points, kind=cfg.gp_kind, target=cfg.gp_target, weight=weight
+            critic, points, kind=cfg.exact_kind, target=cfg.gp_target, weight=weight
         )
         return penalty - wasserstein, (wasserstein, penalty, points)
 

@@ -15,6 +15,7 @@ Every JSON file is strict JSON: a non-finite float (a diverged loss) is written 
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ def metrics_record(step: int, wall_s: float, metrics, quality=None) -> dict:
     critic = lambda name: m[name].reshape((-1,) + m[name].shape[2:])  # (I*C, N)
     applied = np.flatnonzero(m["gp_applied"].reshape(-1))
     last_gp = int(applied[-1]) if applied.size else None
-    record = {
+    record: dict[str, Any] = {
         "step": int(step),
         "wall_s": round(float(wall_s), 3),
         "critic_loss": float(critic("critic_loss")[-1, 0]),

@@ -87,7 +87,9 @@ def choose_second_order(
 def tuning_line(config: TrainConfig, tuning: Tuning) -> str:
     """One line on what ``--second-order auto`` measured and chose."""
     times = ", ".join(
-        f"{r.variant.second_order} {r.seconds * 1e3:.3g} ms" for r in tuning.results if r.seconds
+        f"{variant.second_order} {seconds * 1e3:.3g} ms"
+        for variant, seconds in _per_variant(tuning, "seconds")
+        if seconds
     )
     return (
         f"--second-order auto: {config.second_order} (critic step on one device: {times}; "
@@ -99,10 +101,15 @@ def tuning_record(tuning: Tuning) -> dict[str, Any]:
     """What run.json records of the pick (``second_order_tuning``)."""
     return {
         "measured_on": tuning.measured_on,
-        "seconds": {r.variant.second_order: r.seconds for r in tuning.results},
+        "seconds": {v.second_order: s for v, s in _per_variant(tuning, "seconds")},
         "naive_seconds": tuning.naive.seconds,
-        "gradient_error": {r.variant.second_order: r.gradient_error for r in tuning.results},
+        "gradient_error": {v.second_order: e for v, e in _per_variant(tuning, "gradient_error")},
     }
+
+
+def _per_variant(tuning: Tuning, field: str) -> list[tuple[Variant, Any]]:
+    """(variant, that result's ``field``) for each variant tuned (the naive yardstick aside)."""
+    return [(r.variant, getattr(r, field)) for r in tuning.results if r.variant is not None]
 
 
 __all__ = ["BF16_RTOL", "choose_second_order", "tuning_line", "tuning_record"]

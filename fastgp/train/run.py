@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -86,7 +87,7 @@ class RunOptions:
     """Per-invocation settings (not part of the checkpointed config)."""
 
     dataset: str | None = None  # None: the default, or the checkpoint's when resuming
-    out: Path = Path("runs") / DEFAULT_DATASET
+    out: Path | str = Path("runs") / DEFAULT_DATASET
     # None: the checkpoint's value when resuming, else CADENCE's
     log_every: int | None = None
     checkpoint_every: int | None = None
@@ -169,15 +170,15 @@ def _newest_intact(checkpoints: Checkpoints, out: Path, primary: bool) -> Resume
     if damaged:
         _barrier("fastgp-resume-select")
         if primary:
-            for err in damaged:
+            for damage in damaged:
                 try:
-                    moved = checkpoints.quarantine(err.step, out / DAMAGED)
+                    moved = checkpoints.quarantine(damage.step, out / DAMAGED)
                 except OSError as move_err:
                     raise RunError(
-                        f"--resume: {err}, and it cannot be moved to "
+                        f"--resume: {damage}, and it cannot be moved to "
                         f"{out / DAMAGED} ({reason(move_err)})"
                     ) from None
-                _warn(f"{err}; moved it to {moved}")
+                _warn(f"{damage}; moved it to {moved}")
             _warn(f"resuming from checkpoint {step}, the newest intact one")
         _barrier("fastgp-resume-moved")
         checkpoints.reload()
@@ -326,11 +327,21 @@ def _train(options: RunOptions, overrides: dict, stop) -> dict:
     return _finish(session, it, signum)
 
 
+class _Cadence(NamedTuple):
+    """The cadence of this invocation, every field of ``CADENCE`` resolved."""
+
+    log_every: int
+    checkpoint_every: int
+    eval_every: int
+    eval_samples: int
+
+
 @dataclasses.dataclass
 class _Session:
     """One invocation's run, from :func:`_setup` through :func:`_loop` to :func:`_finish`."""
 
     options: RunOptions
+    cadence: _Cadence
     out: Path
     primary: bool
     dataset: str
@@ -342,6 +353,7 @@ class _Session:
     log: outputs.MetricsLog | None
     run_meta: dict
     devices: int
+    total: int  # the run's generator iterations
     end: int  # the iteration this invocation stops at
     start: float  # time.perf_counter() at the start of this invocation
     wall_before: float  # the wall seconds of the invocations before (a resumed run)
@@ -378,7 +390,9 @@ def _setup(options: RunOptions, overrides: dict) -> _Session:
         ) from None
     dataset, config, resumed = resolve(options, overrides, checkpoints, primary=primary)
     options = _cadence(options, {} if resumed is None else resumed.meta.get("cadence", {}))
+    cadence = _Cadence(*(int(getattr(options, k)) for k in CADENCE))
     total = config.total_steps
+    assert total is not None  # resolve() sets it
     end = min(total, options.stop_at) if options.stop_at else total
     wall_before = 0.0 if resumed is None else float(resumed.meta.get("wall_s", 0.0))
 
@@ -435,6 +449,7 @@ def _setup(options: RunOptions, overrides: dict) -> _Session:
         )
     return _Session(
         options=options,
+        cadence=cadence,
         out=out,
         primary=primary,
         dataset=dataset,
@@ -442,10 +457,11 @@ def _setup(options: RunOptions, overrides: dict) -> _Session:
         checkpoints=checkpoints,
         trainer=trainer,
         state=state,
-        evaluator=Evaluator(dataset, config, problem, options.eval_samples),
+        evaluator=Evaluator(dataset, config, problem, cadence.eval_samples),
         log=log,
         run_meta=run_meta,
         devices=len(devices),
+        total=total,
         end=end,
         start=start,
         wall_before=wall_before,
@@ -455,19 +471,19 @@ def _setup(options: RunOptions, overrides: dict) -> _Session:
 def _loop(session: _Session, stop) -> tuple[int, int]:
     """Chunks of ``Trainer.run`` up to ``session.end``, each logged (and evaluated, checkpointed)
     at its end; returns (the iteration reached, the signal that stopped it or 0)."""
-    options, evaluator, trainer = session.options, session.evaluator, session.trainer
+    cadence, evaluator, trainer = session.cadence, session.evaluator, session.trainer
     it = int(host_copy(session.state.iteration))
     first, signum = True, 0
     with RunProgress(
-        session.config.total_steps, it, enabled=session.primary and options.progress
+        session.total, it, enabled=session.primary and session.options.progress
     ) as bar:
         while it < session.end:
             stop_at = _next_stop(
                 it,
                 session.end,
-                options.log_every,
-                options.checkpoint_every,
-                options.eval_every if evaluator.evaluates else None,
+                cadence.log_every,
+                cadence.checkpoint_every,
+                cadence.eval_every if evaluator.evaluates else None,
             )
             try:
                 session.state, metrics = trainer.run(session.state, stop_at - it)
@@ -496,7 +512,7 @@ def _loop(session: _Session, stop) -> tuple[int, int]:
                     )
                 )
             signum = _stop_signal(stop)
-            if it % options.checkpoint_every == 0 or it == session.end or signum:
+            if it % cadence.checkpoint_every == 0 or it == session.end or signum:
                 session.save(it)
             if signum:
                 break
@@ -506,9 +522,9 @@ def _loop(session: _Session, stop) -> tuple[int, int]:
 def _log_chunk(session: _Session, it: int, metrics, bar: RunProgress, *, evaluate: bool) -> None:
     """Process 0: the chunk's line of metrics.jsonl (with the quality at evaluation points) and
     the progress bar."""
-    evaluator, options = session.evaluator, session.options
+    evaluator, every = session.evaluator, session.cadence.eval_every
     quality = None
-    if evaluate and evaluator.evaluates and (it % options.eval_every == 0 or it == session.end):
+    if evaluate and evaluator.evaluates and (it % every == 0 or it == session.end):
         quality = evaluator.quality(host_copy(session.state.g_params), it)
     record = outputs.metrics_record(it, session.wall(), metrics, evaluator.record(quality))
     assert session.log is not None
@@ -524,7 +540,7 @@ def _finish(session: _Session, it: int, signum: int) -> dict:
     summary = {
         "dataset": session.dataset,
         "steps": it,
-        "total_steps": session.config.total_steps,
+        "total_steps": session.total,
         "devices": session.devices,
         "processes": jax.process_count(),
     }
@@ -534,7 +550,7 @@ def _finish(session: _Session, it: int, signum: int) -> dict:
         return summary
     assert session.log is not None
     host = host_copy(session.state)
-    samples = evaluator.samples(host.g_params, max(session.options.eval_samples, 2500))
+    samples = evaluator.samples(host.g_params, max(session.cadence.eval_samples, 2500))
     _write(f"{out / outputs.SAMPLES}", outputs.write_samples, out, samples)
     quality = evaluator.quality(host.g_params, it)
     if quality is not None:

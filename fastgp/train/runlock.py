@@ -77,7 +77,8 @@ class RunLock:
     """The lock of one directory, held by this process until :meth:`release`."""
 
     def __init__(self, path: Path, fd: int):
-        self.path, self._fd = path, fd
+        self.path = path
+        self._fd: int | None = fd
         atexit.register(self.release)
 
     @classmethod

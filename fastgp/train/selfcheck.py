@@ -35,14 +35,14 @@ from fastgp.train.data import CHECK_DATASETS, load_digits, sample_toy
 from fastgp.train.models import conv_critic, conv_generator, mlp
 from fastgp.train.naive_trainer import NaiveTrainer
 from fastgp.train.recipes import DIGITS
-from fastgp.train.state import TrainConfig, index_sampler
+from fastgp.train.state import Precision, TrainConfig, index_sampler
 from fastgp.train.trainer import Trainer, make_mesh
 
 # Per precision: the bound for each reported difference (None: reported, not gated).
 # bf16 gates the gradients, not the parameters after Adam: Adam's first update of an entry is
 # about lr * sign(g), so a gradient entry near 0 whose sign bf16 rounding flips moves it by 2 lr,
 # the whole scale of a zero-initialised bias.
-TOLERANCES = {
+TOLERANCES: dict[str, dict[str, float | None]] = {
     "f32": {"critic_grads": 1e-5, "generator_grads": 1e-5, "values": 1e-4, "param_updates": 1e-4},
     "bf16": {
         "critic_grads": 5e-2,
@@ -128,7 +128,7 @@ def run_check(
     n_critic: int = 5,
     gp_kind: Kind = "wgan-gp",
     gp_every: int = 1,
-    precision: str = "f32",
+    precision: Precision = "f32",
     lr: float = 1e-3,
     seed: int = 0,
     second_order: SecondOrder = "reverse-over-forward",
@@ -208,7 +208,7 @@ def run_check(
     tol = TOLERANCES[precision]
     bounds = {k: tol.get(k, tol["values"]) for k in diffs}
     ok = (
-        all(bounds[k] is None or diffs[k] <= bounds[k] for k in diffs)
+        all(bound is None or diffs[k] <= bound for k, bound in bounds.items())
         and bool(np.array_equal(np.sum(metrics["nonfinite"], -1), ref_nonfinite))
         and bool(np.array_equal(metrics["gp_applied"], ref_metrics["gp_applied"]))
     )

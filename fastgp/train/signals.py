@@ -14,6 +14,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -22,12 +24,14 @@ class StopRequest:
     """Turns SIGTERM/SIGINT into a stop request; see the module docstring."""
 
     def __init__(self, announce: bool = True, prefix: str = "fastgp train"):
-        self.requested = None  # "SIGTERM" / "SIGINT" once a signal arrived
-        self.signum = None
+        self.requested: str | None = None  # "SIGTERM" / "SIGINT" once a signal arrived
+        self.signum: int | None = None
         self.announce, self.prefix = announce, prefix
-        self.on_exit = []  # callables run before a second signal ends the process
-        self._previous = None
-        self._read_fd = self._write_fd = None
+        # callables run before a second signal ends the process
+        self.on_exit: list[Callable[[], object]] = []
+        self._previous: dict[signal.Signals, Any] | None = None
+        self._previous_wakeup = -1
+        self._read_fd = self._write_fd = -1
 
     def install(self) -> "StopRequest":
         """Take over SIGTERM and SIGINT (main thread only; elsewhere nothing is installed)."""

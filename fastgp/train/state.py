@@ -16,21 +16,25 @@ of that is defined here once:
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from fastgp._backends import BACKENDS
+from fastgp._typing import Backend, Kind, SecondOrder
 from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 # "auto": fastgp.train.penalty_tuning picks one of SECOND_ORDER at start-up, before the Trainer.
 # The exact kinds, and fastgp.approximate_r1 at the reals (first-order autodiff only).
-TRAIN_KINDS = (*KINDS, "approximate-r1")
-CONFIG_SECOND_ORDER = (*SECOND_ORDER, "auto")
+TrainKind: TypeAlias = Kind | Literal["approximate-r1"]
+ConfigSecondOrder: TypeAlias = SecondOrder | Literal["auto"]
+Precision: TypeAlias = Literal["f32", "bf16"]
+TRAIN_KINDS: tuple[TrainKind, ...] = (*KINDS, "approximate-r1")
+CONFIG_SECOND_ORDER: tuple[ConfigSecondOrder, ...] = (*SECOND_ORDER, "auto")
 INT32_MAX = 2**31 - 1  # iteration and optimiser step counters are int32
 # jax.random.PRNGKey takes a C long; evaluation keys use seed + 10_000.
 SEED_RANGE = (-(2**63), 2**63 - 1 - 10_000)
@@ -63,7 +67,7 @@ class TrainConfig:
 
     batch_size: int = 64
     n_critic: int = 5
-    gp_kind: str = "wgan-gp"
+    gp_kind: TrainKind = "wgan-gp"
     gp_target: float = 1.0
     gp_weight: float = 10.0
     gp_every: int = 1
@@ -71,13 +75,13 @@ class TrainConfig:
     lr_g: float = 1e-4
     lr_d: float = 1e-4
     betas: tuple = (0.5, 0.9)
-    precision: str = "f32"
-    backend: str = "auto"
+    precision: Precision = "f32"
+    backend: Backend = "auto"
     latent_dim: int = 2
     seed: int = 0
     total_steps: int | None = None
     decay_fraction: float = 0.0
-    second_order: str = "reverse-over-forward"
+    second_order: ConfigSecondOrder = "reverse-over-forward"
 
     def __post_init__(self):
         for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
@@ -166,6 +170,20 @@ class TrainConfig:
         """The compute dtype passed to ``apply`` (jnp.float32 or jnp.bfloat16)."""
         return PRECISIONS[self.precision]
 
+    @property
+    def exact_kind(self) -> Kind:
+        """``gp_kind`` as the exact penalty's kind (``"approximate-r1"`` has none)."""
+        if self.gp_kind == "approximate-r1":
+            raise ValueError("gp_kind='approximate-r1' is not an exact penalty's kind")
+        return self.gp_kind
+
+    @property
+    def resolved_second_order(self) -> SecondOrder:
+        """``second_order`` once ``"auto"`` is resolved (``fastgp.train.penalty_tuning``)."""
+        if self.second_order == "auto":
+            raise ValueError("second_order='auto' is resolved before training")
+        return self.second_order
+
 
 class TrainState(NamedTuple):
     """Everything a run needs to continue; checkpoint it whole (a pytree of arrays).
@@ -187,6 +205,8 @@ def lr_schedule(lr: float, total: int | None, decay_fraction: float):
     ``decay_fraction`` of ``total`` optimiser steps (then 0)."""
     if decay_fraction <= 0:
         return lr
+    if total is None:
+        raise ValueError("a decaying learning rate needs the total number of steps")
     start = int(total * (1.0 - decay_fraction))
     return optax.join_schedules(
         [optax.constant_schedule(lr), optax.linear_schedule(lr, 0.0, max(total - start, 1))],

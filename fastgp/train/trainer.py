@@ -285,12 +285,12 @@ class Trainer:
             penalty, norms = gradient_penalty_and_norms(
                 critic,
                 points,
-                kind=cfg.gp_kind,
+                kind=cfg.exact_kind,
                 target=cfg.gp_target,
                 weight=weight,
                 backend=self.backend,
                 axis_name=AXIS,
-                second_order=cfg.second_order,
+                second_order=cfg.resolved_second_order,
             )
             stats = diagnostics.norm_stats(norms)
         loss = penalty - wasserstein
