@@ -23,7 +23,7 @@ from fastgp import _attention_rules as rules
 from fastgp._attention_kernels import blocks as kernel_blocks
 
 ATTENTION_BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "xla")
-XLA_BLOCK_K = 512  # keys per step of the blockwise loop: a (Tq, 512) score block at a time
+XLA_BLOCK = 512  # queries and keys per step of the blockwise loops: (512, 512) score tiles
 LANES = 128
 
 
@@ -113,7 +113,7 @@ def _resolve(backend: str) -> str:
 def _blocks(backend: str, tq: int, tk: int, d: int, itemsize: int) -> tuple[int, int]:
     """(block_q, block_k): the kernel's tiling, or the XLA loop's keys per step."""
     if backend == "xla":
-        return tq, min(XLA_BLOCK_K, _round_up(tk, 8))
+        return min(XLA_BLOCK, _round_up(tq, 8)), min(XLA_BLOCK, _round_up(tk, 8))
     return kernel_blocks(backend, tq, tk, d, itemsize)
 
 

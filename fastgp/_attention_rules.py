@@ -31,6 +31,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from fastgp import _attention_blockwise as blockwise
+from fastgp._attention_sharding import bind_per_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,12 @@ class Config:
     backend: str  # "xla", "pallas", "interpret" or "tpu-interpret"
 
     def blockwise_kwargs(self) -> dict[str, Any]:
-        return {"scale": self.scale, "causal": self.causal, "block_k": self.block_k}
+        return {
+            "scale": self.scale,
+            "causal": self.causal,
+            "block_q": self.block_q,
+            "block_k": self.block_k,
+        }
 
 
 Impl = Callable[..., tuple[jax.Array, ...]]
@@ -147,9 +153,9 @@ def _add(a: Sequence[jax.Array] | None, b: Sequence[jax.Array] | None) -> list[j
 
 def _forward_jvp(primals: Sequence[jax.Array], tangents: Sequence[Any], *, config: Config):  # type: ignore[no-untyped-def]
     q, k, v, mask = primals
-    o, lse = forward_p.bind(q, k, v, mask, config=config)
+    o, lse = bind_per_device(forward_p, q, k, v, mask, config=config)
     dq, dk, dv = (_dense(t, p) for t, p in zip(tangents[:3], primals[:3], strict=True))
-    do, dlse = tangent_p.bind(q, k, v, o, lse, mask, dq, dk, dv, config=config)
+    do, dlse = bind_per_device(tangent_p, q, k, v, o, lse, mask, dq, dk, dv, config=config)
     return (o, lse), (do, dlse)
 
 
@@ -161,11 +167,11 @@ def _linear_pass_jvp(prim: Primitive, name: str, n_linear: int) -> Callable[...,
         primal_in, mask, linear = primals[:5], primals[5], primals[6:]
         primal_dot, linear_dot = tangents[:5], tangents[6:]
         assert len(linear) == n_linear
-        out = prim.bind(*primal_in, mask, *linear, config=config)
+        out = bind_per_device(prim, *primal_in, mask, *linear, config=config)
         along_linear = None
         if not _all_zero(linear_dot):
             dense = [_dense(t, p) for t, p in zip(linear_dot, linear, strict=True)]
-            along_linear = prim.bind(*primal_in, mask, *dense, config=config)
+            along_linear = bind_per_device(prim, *primal_in, mask, *dense, config=config)
         along_primal = None
         if not _all_zero(primal_dot):
             fn = blockwise.PASSES[name]
@@ -192,7 +198,7 @@ def _transpose_to(prim: Primitive) -> Callable[..., Any]:
                 "fastgp.attention: a pass is linear only in its tangent or cotangent inputs"
             )
         cts = [ad.instantiate_zeros(x) for x in cotangents]
-        result = prim.bind(*primal_in, mask, *cts, config=config)
+        result = bind_per_device(prim, *primal_in, mask, *cts, config=config)
         assert len(result) == len(linear)
         linear_cts = [
             r if ad.is_undefined_primal(x) else None for r, x in zip(result, linear, strict=True)
@@ -222,7 +228,7 @@ def _batching_rule(prim: Primitive) -> Callable[..., Any]:
         for a, d in zip(args, dims, strict=True):
             a = jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
             folded.append(a.reshape((size * a.shape[1], *a.shape[2:])))
-        outs = prim.bind(*folded, config=config)
+        outs = bind_per_device(prim, *folded, config=config)
         return [o.reshape((size, o.shape[0] // size, *o.shape[1:])) for o in outs], [0] * len(outs)
 
     return rule
@@ -236,7 +242,7 @@ def attention_with_lse(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, config: Config
 ) -> tuple[jax.Array, jax.Array]:
     """(o (B, H, Tq, Dv), lse (B, H, Tq) float32) of padded ``bhtd`` arrays; see the module."""
-    o, lse = forward_p.bind(q, k, v, mask, config=config)
+    o, lse = bind_per_device(forward_p, q, k, v, mask, config=config)
     return o, lse
 
 

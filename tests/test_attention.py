@@ -81,8 +81,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}-tq{}-tk{}-h{}-d{}-c{}-m{}".format(*c))
+# The kernels (in interpret mode, slow on CPU) on the cases that reach every masking path.
+KERNEL_CASES = [CASES[0], CASES[2]]
+
+
+@pytest.mark.parametrize(
+    "case, backend",
+    [(c, "xla") for c in CASES] + [(c, "interpret") for c in KERNEL_CASES],
+    ids=lambda c: "b{}-tq{}-tk{}-h{}-d{}-c{}-m{}".format(*c) if isinstance(c, tuple) else c,
+)
 def test_every_derivative_matches_nested_autodiff(case, backend):
     b, tq, tk, h, d, causal, padding = case
     args, mask, tangents = inputs(b, tq, tk, h, d, padding=padding)
@@ -199,7 +206,7 @@ def test_blockwise_passes_are_each_others_transposes():
     ks = jax.random.split(jax.random.PRNGKey(3), 8)
     q, k, v = (jax.random.normal(ks[i], (1, 2, 16 if i == 0 else 24, 8)) for i in range(3))
     mask = jnp.arange(24)[None] < 20
-    kw = dict(scale=0.4, causal=True, block_k=8)
+    kw = dict(scale=0.4, causal=True, block_q=8, block_k=8)
     o, lse = blockwise.forward(q, k, v, mask, **kw)
     dots = [jax.random.normal(ks[3 + i], x.shape) for i, x in enumerate((q, k, v))]
     g_o, g_lse = jax.random.normal(ks[6], o.shape), jax.random.normal(ks[7], lse.shape)
@@ -208,3 +215,78 @@ def test_blockwise_passes_are_each_others_transposes():
     lhs = jnp.vdot(do, g_o) + jnp.vdot(dlse, g_lse)
     rhs = sum(jnp.vdot(a, b) for a, b in zip(dots, back, strict=True))
     np.testing.assert_allclose(lhs, rhs, rtol=1e-5)
+
+
+def _mesh(axis_type):
+    from jax.sharding import AxisType
+
+    kind = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}[axis_type]
+    devices = np.array(jax.devices()[:4]).reshape(2, 2)
+    return jax.sharding.Mesh(devices, ("data", "model"), axis_types=(kind, kind))
+
+
+BTHD = jax.sharding.PartitionSpec("data", None, "model", None)  # batch over data, heads over model
+
+
+@pytest.mark.parametrize(
+    "backend, mode",
+    [
+        ("xla", "auto"),
+        ("xla", "explicit"),
+        ("xla", "shard_map"),
+        ("interpret", "explicit"),
+        ("interpret", "shard_map"),
+    ],
+)
+def test_each_device_runs_its_batch_and_heads(backend, mode):
+    """Value and gradients on a 2 x 2 (data, model) mesh equal the single-device ones."""
+    from jax.sharding import NamedSharding
+
+    args, mask, _ = inputs(4, 24, 40, 2, 32, padding=True)
+    # a replicated mask follows q's batch sharding; inside shard_map a global one cannot be closed
+    # over (each shard holds its own samples)
+    mask = None if mode == "shard_map" else mask
+    ours = lambda q, k, v: fastgp.attention(q, k, v, mask=mask, is_causal=True, backend=backend)
+    loss = scalar_loss(ours)
+    want = (ours(*args), jax.grad(loss, argnums=(0, 1, 2))(*args))
+    mesh = _mesh("auto" if mode == "shard_map" else mode)
+    placed = [jax.device_put(x, NamedSharding(mesh, BTHD)) for x in args]
+    if mode == "shard_map":
+        fn = jax.shard_map(ours, mesh=mesh, in_specs=(BTHD,) * 3, out_specs=BTHD)
+        loss = jax.shard_map(
+            lambda *a: jax.lax.psum(scalar_loss(ours)(*a), ("data", "model")),
+            mesh=mesh,
+            in_specs=(BTHD,) * 3,
+            out_specs=jax.sharding.PartitionSpec(),
+        )
+    else:
+        fn = ours
+    got = (jax.jit(fn)(*placed), jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*placed))
+    assert rel_err(got, want) < RTOL
+    assert got[0].sharding.spec == BTHD
+
+
+def test_kernels_refuse_an_auto_sharded_program_over_several_devices():
+    from jax.sharding import NamedSharding
+
+    args, _, _ = inputs(4, 16, 16, 2, 32)
+    placed = [jax.device_put(x, NamedSharding(_mesh("auto"), BTHD)) for x in args]
+    with pytest.raises(ValueError, match=r"explicit sharding .* or inside shard_map"):
+        jax.jit(lambda q, k, v: fastgp.attention(q, k, v, backend="interpret"))(*placed)
+
+
+def test_kernels_refuse_a_sharded_token_axis():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    args, _, _ = inputs(4, 16, 16, 2, 32)
+    mesh = _mesh("explicit")
+    placed = [jax.device_put(x, NamedSharding(mesh, P("data", "model"))) for x in args]
+    with pytest.raises(ValueError, match="token and feature axes must be whole"):
+        jax.jit(lambda q, k, v: fastgp.attention(q, k, v, backend="interpret"))(*placed)
+
+
+def test_pallas_off_tpu_names_the_alternatives():
+    q = jnp.ones((1, 8, 1, 32))
+    with pytest.raises(ValueError, match="interpret"):
+        jax.jit(lambda q: fastgp.attention(q, q, q, backend="pallas")).lower(q).compile()

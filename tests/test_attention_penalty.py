@@ -81,9 +81,11 @@ def data():
     return params, x, direction
 
 
-@pytest.mark.parametrize("backend", ["xla", "interpret"])
-@pytest.mark.parametrize("second_order", ["reverse-over-forward", "reverse"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "kind, second_order, backend",
+    [(k, s, "xla") for k in KINDS for s in ("reverse-over-forward", "reverse")]
+    + [("wgan-gp", s, "interpret") for s in ("reverse-over-forward", "reverse")],
+)
 def test_penalty_through_attention_equals_naive(kind, second_order, backend):
     params, x, direction = data()
     kw = dict(kind=kind, target=1.0 if kind != "wgan-lp" else 0.5)
@@ -161,3 +163,33 @@ def test_jax_pallas_flash_attention_in_a_critic_gets_the_error_too():
         loss = penalty_fn(pallas_attention, fastgp.gradient_penalty, second_order=second_order)
         with pytest.raises(fastgp.FirstOrderOnlyOpError, match=r"fastgp\.attention"):
             jax.eval_shape(jax.grad(loss), params, x)
+
+
+@pytest.mark.parametrize("backend", ["xla"])
+def test_penalty_through_attention_in_shard_map_equals_one_device(backend):
+    """Batch over 4 devices with axis_name: the global-batch penalty and its parameter
+    gradients equal the single-device computation. (Pallas's generic interpret mode cannot run
+    inside a check_vma shard_map whose kernel operands mix replicated and sharded values, in JAX
+    0.10.2; the kernels' own shard_map runs are in tests/test_attention.py.)"""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    params, _, _ = data()
+    x = jax.random.normal(jax.random.PRNGKey(5), (8, TOKENS, PATCH))
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    loss = penalty_fn(ours(backend), fastgp.gradient_penalty)
+    want = jax.value_and_grad(loss)(params, x)
+
+    def sharded(p, x):
+        return jax.shard_map(
+            lambda p, x: fastgp.gradient_penalty(
+                lambda y: critic(ours(backend), p, y), x, axis_name="data"
+            ),
+            mesh=mesh,
+            in_specs=(P(), P("data")),
+            out_specs=P(),
+        )(p, x)
+
+    placed = jax.device_put(x, NamedSharding(mesh, P("data")))
+    got = jax.jit(jax.value_and_grad(sharded))(params, placed)
+    assert rel_err(got, want) < 1e-5
