@@ -34,7 +34,7 @@ import jax
 from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -127,6 +127,11 @@ _unpartitioned_p.def_abstract_eval(lambda x, *, message, export_only: x)
 # Eagerly, as a jitted program on the array's own devices, so the lowering sees them too.
 _unpartitioned_p.def_impl(
     lambda x, **params: jax.jit(lambda y: _unpartitioned_p.bind(y, **params))(x)
+)
+# Differentiable as the identity (the tangent needs no refusal of its own: the primal has one).
+ad.primitive_jvps[_unpartitioned_p] = lambda primals, tangents, **params: (
+    _unpartitioned_p.bind(primals[0], **params),
+    tangents[0],
 )
 batching.primitive_batchers[_unpartitioned_p] = lambda args, dims, **params: (
     _unpartitioned_p.bind(*args, **params),

@@ -1,0 +1,114 @@
+"""Where an attention kernel runs under each sharding mode: each device on its batch and heads.
+
+    bind_per_device(prim, *args, config) -> the primitive's results
+
+Arguments are the ``bhtd`` arrays of ``fastgp._attention_rules`` and the (B, Tk) key mask. A
+per-(batch, head) op partitions trivially over B and H; the sequence and feature axes must be
+whole on each device. The XLA backend is left to the partitioner (it partitions the blockwise
+loops itself). For the kernels:
+
+* inside ``shard_map`` (every mesh axis Manual): the kernel runs on the shard as it is;
+* explicit axes: a ``shard_map`` over the arrays' mesh, batch and head axes as they are sharded;
+* Auto-sharded ``jax.jit`` over several devices: refused when lowered, with an error naming the
+  ways out (custom_partitioning cannot carry a Mosaic call, as for the norm kernels).
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from jax.extend.core import Primitive
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from fastgp._partitioning import _refuse_when_lowered, full_spec
+
+_AUTO_MESSAGE = (
+    "fastgp.attention(backend={backend!r}) cannot run its kernels on this Auto-sharded program "
+    "over several devices: custom_partitioning cannot carry a Mosaic call, so each device would "
+    "get the whole batch. Run the step under explicit sharding (jax.make_mesh with "
+    "AxisType.Explicit axes, jax.set_mesh) or inside shard_map, where each device runs its own "
+    "batch and heads, or use backend='xla' (the blockwise loops, which XLA partitions)."
+)
+
+
+def _spec_of(x: jax.Array) -> tuple[Any, ...]:
+    return full_spec(jax.typeof(x).sharding.spec, x.ndim)
+
+
+def _specs(args: Sequence[jax.Array], backend: str) -> tuple[Any, Any, list[P]]:
+    """(batch axes, head axes, in_specs), refusing a sharded sequence or feature axis."""
+    q_spec = _spec_of(args[0])
+    batch, heads = q_spec[0], q_spec[1]
+    specs = []
+    for i, x in enumerate(args):
+        spec = _spec_of(x)
+        if x.ndim == 2:  # the key mask (B, Tk)
+            whole = spec[1:]
+            specs.append(P(batch, None))
+        else:
+            whole = spec[2:]
+            specs.append(P(batch, heads, *([None] * (x.ndim - 2))))
+        if any(axis is not None for axis in whole):
+            raise ValueError(
+                f"fastgp.attention(backend={backend!r}) runs each device's batch and heads, but "
+                f"operand {i} of shape {tuple(x.shape)} (batch, heads, tokens, features; the "
+                f"key mask: batch, tokens) is sharded as {spec}: its token and feature axes must "
+                "be whole on each device. Reshard it, or use backend='xla'."
+            )
+    return batch, heads, specs
+
+
+def _varying(x: jax.Array) -> frozenset[str]:
+    manual = getattr(jax.typeof(x), "manual_axis_type", None)
+    return frozenset(getattr(manual, "varying", ()) or ())
+
+
+def _varying_alike(args: Sequence[jax.Array]) -> list[jax.Array]:
+    """Every operand varying over the same manual axes (a kernel's operands share one type;
+    interpret mode checks it), e.g. replicated parameters' tangents beside a sharded batch's."""
+    union = frozenset().union(*(_varying(a) for a in args))
+    out = []
+    for a in args:
+        missing = tuple(sorted(union - _varying(a)))
+        out.append(jax.lax.pcast(a, missing, to="varying") if missing else a)
+    return out
+
+
+def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.Array]:
+    """``prim.bind(*args, config=config)`` with the kernel run per device (see the module)."""
+    if config.backend == "xla":
+        return prim.bind(*args, config=config)
+    mesh = jax.typeof(args[0]).sharding.mesh
+    if mesh.empty:
+        mesh = jax.sharding.get_abstract_mesh()
+    types = frozenset(mesh.axis_types) if not mesh.empty else frozenset()
+    if not types or types <= {AxisType.Auto}:
+        first = _refuse_when_lowered(args[0], _AUTO_MESSAGE.format(backend=config.backend))
+        return prim.bind(first, *args[1:], config=config)
+    if types == {AxisType.Manual}:
+        return prim.bind(*_varying_alike(args), config=config)
+    if types == {AxisType.Explicit}:
+        batch, heads, in_specs = _specs(args, config.backend)
+        # operands sharded otherwise over batch or heads (a replicated mask) follow q
+        args = tuple(
+            a if _spec_of(a) == tuple(spec) else jax.sharding.reshard(a, NamedSharding(mesh, spec))
+            for a, spec in zip(args, in_specs, strict=True)
+        )
+        out_avals = prim.abstract_eval(*(jax.typeof(a) for a in args), config=config)[0]
+        out_specs = [P(batch, heads, *([None] * (len(a.shape) - 2))) for a in out_avals]
+        run = jax.shard_map(
+            lambda *a: prim.bind(*a, config=config),
+            mesh=mesh,
+            in_specs=tuple(in_specs),
+            out_specs=out_specs,
+        )
+        return list(run(*args))
+    raise ValueError(
+        f"fastgp.attention(backend={config.backend!r}) is traced on a mesh with axis types "
+        f"{dict(zip(mesh.axis_names, mesh.axis_types, strict=True))}; its kernels run per device "
+        "when every axis is Auto, every axis is Explicit, or inside a shard_map over every axis."
+    )
+
+
+__all__ = ["bind_per_device"]
