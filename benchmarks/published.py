@@ -13,6 +13,7 @@ longer give fails the suite. Sources, per block (:data:`SOURCES`):
     zoo_capacity.json                           the largest batch per chip (zoo_capacity.md)
     train_time.json                             the toy runs' times and quality (train_time.md)
     trainer_runs.json                           the digits runs, and the published toy figures
+    attention_tpu.json                          the long-sequence ViT critic steps (attention_tpu.md)
 """
 
 import argparse
@@ -469,7 +470,44 @@ def digits_runs(results):
 
 # --- the blocks --------------------------------------------------------------------------------
 
+# --- attention ----------------------------------------------------------------------------------
+
+
+def attention_tpu(results):
+    """performance.md's table of the long-sequence ViT critic steps compiled for TPU chips."""
+    records = _json_in(results.dir, "attention_tpu.json")
+    order = {g: i for i, g in enumerate(("v5e", "v6e", "v5p", "7x"))}
+    rows = []
+    for r in sorted(
+        records,
+        key=lambda r: (order.get(r["generation"], 9), r["variant"], r["tokens"], r["batch"]),
+    ):
+        if r["fits"]:
+            peak = f"{r['peak'] / 2**30:.2f}"
+            per_sample = f"{r['peak'] / r['batch'] / 2**20:,.0f}"
+            kernels = "yes" if r["kernel"] else "no"
+        else:
+            reason = "out of HBM" if "RESOURCE_EXHAUSTED" in r["error"] else "does not compile"
+            peak, per_sample, kernels = reason, "", ""
+        rows.append(
+            [
+                r["generation"],
+                r["variant"],
+                f"{r['tokens']:,}",
+                str(r["batch"]),
+                peak,
+                per_sample,
+                kernels,
+            ]
+        )
+    return markdown_table(
+        ["chip", "attention / penalty", "tokens", "batch", "peak GiB", "MiB per sample", "Mosaic"],
+        rows,
+    )
+
+
 BLOCKS = {
+    "attention-tpu": attention_tpu,
     "zoo-headline": zoo_headline,
     "zoo-summary": zoo_summary,
     "zoo-cpu": zoo_cpu,
@@ -483,6 +521,7 @@ BLOCKS = {
     "digits-runs": digits_runs,
 }
 SOURCES = {
+    "attention-tpu": ("attention_tpu.json",),
     "zoo-headline": ("bench.json", "zoo_tpu.json"),
     "zoo-summary": ("bench.json", "zoo_tpu.json", "zoo_capacity.json"),
     "zoo-cpu": ("bench.json",),

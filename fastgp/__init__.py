@@ -7,7 +7,7 @@ The library is this package minus ``fastgp.train`` (the training application):
 """
 
 from fastgp._approximate import approximate_r1
-from fastgp._attention import attention
+from fastgp._attention import attention, attention_backend
 from fastgp._attention_reference import naive_attention
 from fastgp._critic_ops import FirstOrderOnlyOpError
 from fastgp._reference import naive_gradient_penalty, naive_penalty_from_grads
@@ -31,6 +31,7 @@ __all__ = [
     "FirstOrderOnlyOpError",
     "SECOND_ORDER",
     "attention",
+    "attention_backend",
     "approximate_r1",
     "grad_norms",
     "gradient_penalty",

@@ -13,6 +13,9 @@ Flax passes to an ``attention_fn`` are accepted, so ``nnx.MultiHeadAttention(...
 attention_fn=fastgp.attention)`` works; dropout on the attention weights and a bias are refused.
 """
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -102,12 +105,30 @@ def _refuse_unsupported(flax_kwargs: dict[str, Any]) -> None:
         )
 
 
+# What backend="auto" means where it is traced: XLA, unless attention_backend says otherwise.
+_AUTO = contextvars.ContextVar("fastgp_attention_auto_backend", default="xla")
+
+
+@contextlib.contextmanager
+def attention_backend(backend: str) -> Iterator[None]:
+    """While tracing inside this block, ``attention(backend="auto")`` runs ``backend``: how
+    ``fastgp.autotune`` tries each attention backend in a critic it does not own. It acts when a
+    function is traced: a jitted function already traced keeps the backend it was traced with."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; expected {ATTENTION_BACKENDS}")
+    token = _AUTO.set("xla" if backend == "auto" else backend)
+    try:
+        yield
+    finally:
+        _AUTO.reset(token)
+
+
 def _resolve(backend: str) -> str:
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(
             f"fastgp.attention: unknown backend {backend!r}; expected one of {ATTENTION_BACKENDS}"
         )
-    return "xla" if backend == "auto" else backend
+    return _AUTO.get() if backend == "auto" else backend
 
 
 def _blocks(backend: str, tq: int, tk: int, d: int, itemsize: int) -> tuple[int, int]:
@@ -135,8 +156,9 @@ def attention(
       scale: the score scale, 1/sqrt(D) by default.
       mask: (B, Tk) or (B, 1, 1, Tk) bool key-padding mask, True to attend.
       is_causal: query i attends to keys j <= i.
-      backend: ``"auto"`` (XLA today), ``"pallas"`` (Mosaic TPU kernels), ``"interpret"`` or
-        ``"tpu-interpret"`` (the kernels on CPU) or ``"xla"`` (the blockwise jnp loops).
+      backend: ``"auto"`` (XLA today, or what :func:`attention_backend` sets), ``"pallas"``
+        (Mosaic TPU kernels), ``"interpret"`` or ``"tpu-interpret"`` (the kernels on CPU) or
+        ``"xla"`` (the blockwise jnp loops).
       **flax_kwargs: the rest of Flax's ``attention_fn`` keywords (``dtype`` casts q, k, v).
     """
     _refuse_unsupported(flax_kwargs)
@@ -163,4 +185,4 @@ def attention(
     return rearrange(o[:, :, :tq], "b h t d -> b t h d")
 
 
-__all__ = ["ATTENTION_BACKENDS", "attention", "key_mask_of"]
+__all__ = ["ATTENTION_BACKENDS", "attention", "attention_backend", "key_mask_of"]

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp import _compiled as compiled
+from fastgp._attention import attention_backend
 from fastgp._reference import naive_gradient_penalty
 from fastgp._timing import interleaved_times
 from fastgp._typing import Backend, PyTree, Remat, SecondOrder
@@ -48,12 +49,15 @@ class Variant(NamedTuple):
     second_order: SecondOrder = "reverse-over-forward"
     remat: Remat = None
     backend: Backend = "xla"
+    attention: str | None = None  # fastgp.attention's backend in the critic, where it has one
 
     def options(self) -> dict[str, Any]:
-        return self._asdict()
+        """Keyword arguments for ``gradient_penalty`` (the attention backend is not one)."""
+        return {name: getattr(self, name) for name in TUNED}
 
     def label(self) -> str:
-        return f"{self.second_order}, remat={self.remat}, {self.backend}"
+        text = f"{self.second_order}, remat={self.remat}, {self.backend}"
+        return text if self.attention is None else f"{text}, attention={self.attention}"
 
 
 DEFAULT = Variant()  # fastgp.gradient_penalty's defaults ("auto" is XLA)
@@ -85,6 +89,9 @@ class Tuning(NamedTuple):
     results: tuple[VariantResult, ...]
     naive: VariantResult
     measured_on: str  # e.g. "cpu: wall time, median of 10 interleaved rounds"
+    # the best variant's fastgp.attention backend (use it as attention_fn's backend, or inside
+    # fastgp.attention_backend), or None when the critic has no fastgp.attention
+    attention: str | None = None
 
     def table(self) -> str:
         """A markdown table: every variant's errors, seconds, ratios and memory."""
@@ -110,9 +117,10 @@ class Tuning(NamedTuple):
         return "\n".join(lines)
 
 
-def candidates(platform: str) -> tuple[Variant, ...]:
+def candidates(platform: str, attention: bool = False) -> tuple[Variant, ...]:
     """Every variant for a platform ("cpu", "gpu", "tpu"): the Pallas kernels only where they
-    compile (TPU, GPU). The default comes first."""
+    compile (TPU, GPU). With ``attention`` (the critic calls ``fastgp.attention``), each also
+    with every attention backend that compiles there. The default comes first."""
     backends: tuple[Backend, ...] = ("xla", "pallas") if platform in ("tpu", "gpu") else ("xla",)
     every = [
         Variant(order, remat, backend)
@@ -120,7 +128,18 @@ def candidates(platform: str) -> tuple[Variant, ...]:
         for order in SECOND_ORDER
         for remat in REMAT_POLICIES
     ]
+    if attention:
+        kernels = ("xla", "pallas") if platform == "tpu" else ("xla",)
+        default = DEFAULT._replace(attention="xla")
+        every = [v._replace(attention=a) for a in kernels for v in every]
+        return (default, *(v for v in every if v != default))
     return (DEFAULT, *(v for v in every if v != DEFAULT))
+
+
+def uses_attention(critic_loss: CriticLoss, params: PyTree, args: Sequence[Any]) -> bool:
+    """Whether the loss's program holds ``fastgp.attention`` (traced with the naive penalty)."""
+    jaxpr = jax.make_jaxpr(_loss_with(critic_loss, _penalty(None, None, [])))(params, *args)
+    return "fastgp_attention_forward" in str(jaxpr)
 
 
 def _inexact(result: VariantResult) -> bool:
@@ -147,9 +166,16 @@ def _penalty(variant: Variant | None, backend_here: Backend | None, calls: list[
     return penalty
 
 
-def _loss_with(critic_loss: CriticLoss, penalty: PenaltyFn) -> Callable[..., jax.Array]:
+def _loss_with(
+    critic_loss: CriticLoss, penalty: PenaltyFn, attention: str | None = None
+) -> Callable[..., jax.Array]:
+    """The loss with ``penalty``; with ``attention``, traced under that attention backend."""
+
     def loss(params: PyTree, *args: Any) -> jax.Array:
-        return critic_loss(params, *args, penalty=penalty)
+        if attention is None:
+            return critic_loss(params, *args, penalty=penalty)
+        with attention_backend(attention):
+            return critic_loss(params, *args, penalty=penalty)
 
     return loss
 
@@ -187,8 +213,10 @@ def _check_loss(critic_loss: CriticLoss, params: PyTree, args: Sequence[Any]) ->
         )
 
 
-def _value_and_grad(critic_loss: CriticLoss, penalty: PenaltyFn) -> Callable[..., Any]:
-    return jax.jit(jax.value_and_grad(_loss_with(critic_loss, penalty)))
+def _value_and_grad(
+    critic_loss: CriticLoss, penalty: PenaltyFn, attention: str | None = None
+) -> Callable[..., Any]:
+    return jax.jit(jax.value_and_grad(_loss_with(critic_loss, penalty, attention)))
 
 
 def _host(tree: Any) -> list[np.ndarray]:
@@ -229,7 +257,10 @@ def _check(
     ref: Any,
     rtol: float,
 ) -> VariantResult:
-    fn = _value_and_grad(critic_loss, _penalty(variant, backend_here, []))
+    attention = variant.attention
+    if attention == "pallas" and backend_here is not None:
+        attention = backend_here  # the kernels checked in interpret mode on this host
+    fn = _value_and_grad(critic_loss, _penalty(variant, backend_here, []), attention)
     value, grads = jax.block_until_ready(fn(params, *args))
     value_error = _relative_error(_host(value), ref[0])
     gradient_error = _relative_error(_host(grads), ref[1])
@@ -254,7 +285,8 @@ def _timed(
 ) -> list[VariantResult]:
     calls = {}
     for index, r in enumerate(results):
-        fn = _value_and_grad(critic_loss, _penalty(r.variant, None, []))
+        attention = None if r.variant is None else r.variant.attention
+        fn = _value_and_grad(critic_loss, _penalty(r.variant, None, []), attention)
         calls[str(index)] = _blocking_call(fn, params, *args)
     samples = interleaved_times(calls, rounds=rounds, warmup=warmup)
     return [r._replace(seconds=float(np.median(samples[str(i)]))) for i, r in enumerate(results)]
@@ -275,7 +307,8 @@ def _compiled_for(
     params: PyTree,
     args: Sequence[Any],
 ) -> VariantResult:
-    fn = jax.value_and_grad(_loss_with(critic_loss, _penalty(result.variant, None, [])))
+    attention = None if result.variant is None else result.variant.attention
+    fn = jax.value_and_grad(_loss_with(critic_loss, _penalty(result.variant, None, []), attention))
     try:
         program = compiled.figures(
             compiled.compile_for(compiled.tpu_device(generation), fn, *_structs((params, *args)))
@@ -326,7 +359,9 @@ def autotune(
         )
     _check_loss(critic_loss, params, args)
     platform = "tpu" if generation else jax.default_backend()
-    variants = tuple(variants) if variants is not None else candidates(platform)
+    if variants is None:
+        variants = candidates(platform, uses_attention(critic_loss, params, args))
+    variants = tuple(variants)
     # Kernels named for a TPU generation are checked on this host in interpret mode.
     here = jax.default_backend()
     interpret: Backend | None = "interpret" if here == "cpu" else None
@@ -335,7 +370,7 @@ def autotune(
         _check(
             critic_loss,
             v,
-            interpret if v.backend == "pallas" else None,
+            interpret if "pallas" in (v.backend, v.attention) else None,
             params,
             args,
             ref,
@@ -360,7 +395,16 @@ def autotune(
         raise ValueError(f"no variant of the penalty is exact and runs here:\n{tuning.table()}")
     best = ranked[0].variant
     assert best is not None  # the naive yardstick is never ranked
-    return tuning._replace(best=best.options())
+    return tuning._replace(best=best.options(), attention=best.attention)
 
 
-__all__ = ["DEFAULT", "TUNED", "Tuning", "Variant", "VariantResult", "autotune", "candidates"]
+__all__ = [
+    "DEFAULT",
+    "TUNED",
+    "Tuning",
+    "Variant",
+    "VariantResult",
+    "autotune",
+    "candidates",
+    "uses_attention",
+]

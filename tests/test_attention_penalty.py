@@ -193,3 +193,35 @@ def test_penalty_through_attention_in_shard_map_equals_one_device(backend):
     placed = jax.device_put(x, NamedSharding(mesh, P("data")))
     got = jax.jit(jax.value_and_grad(sharded))(params, placed)
     assert rel_err(got, want) < 1e-5
+
+
+def test_autotune_lists_the_attention_backends_when_the_critic_uses_fastgp_attention():
+    from fastgp import autotune
+
+    params, x, _ = data()
+
+    def critic_loss(p, x, penalty):
+        return penalty(lambda y: critic(fastgp.attention, p, y), x)
+
+    assert autotune.uses_attention(critic_loss, params, (x,))
+    assert not autotune.uses_attention(
+        lambda p, x, penalty: penalty(lambda y: critic(naive(), p, y), x), params, (x,)
+    )
+    assert {v.attention for v in autotune.candidates("tpu", attention=True)} == {"xla", "pallas"}
+    assert {v.attention for v in autotune.candidates("cpu", attention=False)} == {None}
+    variants = [autotune.Variant(attention="xla"), autotune.Variant(attention="interpret")]
+    tuning = autotune.autotune(critic_loss, params, x, variants=variants, rounds=2, warmup=1)
+    assert tuning.attention in ("xla", "interpret")
+    assert all(r.problem is None for r in tuning.results), tuning.table()
+    assert "attention=interpret" in tuning.table()
+
+
+def test_attention_backend_sets_what_auto_means():
+    q = jax.random.normal(jax.random.PRNGKey(0), (1, 8, 1, 32))
+    # fresh functions: a function already traced keeps the backend it was traced with
+    with fastgp.attention_backend("interpret"):
+        text = str(jax.make_jaxpr(lambda *a: fastgp.attention(*a))(q, q, q))
+    assert "backend='interpret'" in text
+    assert "backend='xla'" in str(jax.make_jaxpr(lambda *a: fastgp.attention(*a))(q, q, q))
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        fastgp.attention_backend("cuda").__enter__()
