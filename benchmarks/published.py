@@ -13,7 +13,7 @@ longer give fails the suite. Sources, per block (:data:`SOURCES`):
     zoo_capacity.json                           the largest batch per chip (zoo_capacity.md)
     train_time.json                             the toy runs' times and quality (train_time.md)
     trainer_runs.json                           the digits runs, and the published toy figures
-    attention_tpu.json                          the long-sequence ViT critic steps (attention_tpu.md)
+    attention_tpu.json                          the long-sequence ViT critics (attention_tpu.md)
 """
 
 import argparse
