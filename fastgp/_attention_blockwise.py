@@ -301,7 +301,7 @@ def forward(
     block_k: int,
 ) -> tuple[jax.Array, jax.Array]:
     """(o (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) float32), ``block_q`` queries at a time."""
-    kw = dict(scale=scale, causal=causal, block_k=block_k)
+    kw: dict[str, Any] = dict(scale=scale, causal=causal, block_k=block_k)
     (o, lse), _ = _per_query_block(
         lambda start, q: (_forward_rows(q, k, v, key_mask, q_start=start, **kw), ()), (q,), block_q
     )
@@ -325,7 +325,7 @@ def tangent(
     block_k: int,
 ) -> tuple[jax.Array, jax.Array]:
     """The JVP (:func:`_tangent_rows`), ``block_q`` queries at a time."""
-    kw = dict(scale=scale, causal=causal, block_k=block_k)
+    kw: dict[str, Any] = dict(scale=scale, causal=causal, block_k=block_k)
 
     def rows(start, q, o, lse, dq):  # type: ignore[no-untyped-def]
         return _tangent_rows(q, k, v, o, lse, key_mask, dq, dk, dv, q_start=start, **kw), ()
@@ -350,7 +350,7 @@ def vjp(
     block_k: int,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The VJP (:func:`_vjp_rows`), ``block_q`` queries at a time, g_k and g_v summed over them."""
-    kw = dict(scale=scale, causal=causal, block_k=block_k)
+    kw: dict[str, Any] = dict(scale=scale, causal=causal, block_k=block_k)
 
     def rows(start, q, o, lse, g_o, g_lse):  # type: ignore[no-untyped-def]
         g_q, g_k, g_v = _vjp_rows(q, k, v, o, lse, key_mask, g_o, g_lse, q_start=start, **kw)
