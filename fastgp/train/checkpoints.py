@@ -25,6 +25,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -36,7 +37,7 @@ DIGEST = "fastgp-digest.json"
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (read-only directory, disk or inodes full, ...)."""
 
-    def __init__(self, step, directory, reason):
+    def __init__(self, step: int, directory: Path | str, reason: str) -> None:
         super().__init__(f"cannot write checkpoint {step} to {directory}: {reason}")
         self.step, self.directory, self.reason = step, directory, reason
 
@@ -44,7 +45,7 @@ class CheckpointWriteError(OSError):
 class CheckpointDamaged(ValueError):
     """A committed checkpoint whose files are missing, changed or unreadable."""
 
-    def __init__(self, step, reason):
+    def __init__(self, step: int, reason: str) -> None:
         super().__init__(f"checkpoint {step} is damaged: {reason}")
         self.step, self.reason = step, reason
 
@@ -61,7 +62,7 @@ def reason(err: BaseException) -> str:
     return first if len(first) <= 200 else first[:197] + "..."
 
 
-def host_copy(tree):
+def host_copy(tree: Any) -> Any:
     """Numpy copy of a pytree of (replicated) jax arrays, from this process's first replica."""
     return jax.tree.map(
         lambda a: np.array(a.addressable_data(0)) if isinstance(a, jax.Array) else np.asarray(a),
@@ -78,7 +79,7 @@ def _ignore_late_callbacks() -> None:
     if getattr(previous, "_fastgp", False):
         return
 
-    def hook(unraisable):
+    def hook(unraisable: Any) -> None:
         err = unraisable.exc_value
         if not (isinstance(err, RuntimeError) and str(err) == "Event loop is closed"):
             previous(unraisable)
@@ -98,7 +99,7 @@ def _sha256(path: Path) -> str:
 class Checkpoints:
     """Step-numbered checkpoints under ``directory`` (keeps the newest ``max_to_keep``)."""
 
-    def __init__(self, directory, max_to_keep: int = 3):
+    def __init__(self, directory: Path | str, max_to_keep: int = 3) -> None:
         self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False
@@ -108,15 +109,15 @@ class Checkpoints:
         )
         _ignore_late_callbacks()
 
-    def steps(self) -> list:
+    def steps(self) -> list[int]:
         """Steps of every committed checkpoint, oldest first (damaged ones included)."""
         return sorted(self._manager.all_steps())
 
-    def latest_step(self):
+    def latest_step(self) -> int | None:
         """Step of the newest committed checkpoint, or None."""
         return self._manager.latest_step()
 
-    def save(self, step: int, state, meta: dict) -> None:
+    def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         """Write ``state`` (host copy) and ``meta`` as checkpoint ``step``; returns when done."""
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(host_copy(state)), meta=ocp.args.JsonSave(meta)
@@ -153,7 +154,7 @@ class Checkpoints:
             if _sha256(path) != sha:
                 raise CheckpointDamaged(step, f"{name} changed since it was written")
 
-    def meta(self, step: int) -> dict:
+    def meta(self, step: int) -> dict[str, Any]:
         """The metadata saved with checkpoint ``step``."""
         try:
             meta = self._manager.restore(
@@ -165,7 +166,7 @@ class Checkpoints:
             raise CheckpointDamaged(step, "its metadata lacks the run's dataset and config")
         return meta
 
-    def state(self, step: int, template):
+    def state(self, step: int, template: Any) -> Any:
         """Checkpoint ``step``'s state with the structure, shapes and dtypes of ``template``."""
         abstract = jax.tree.map(
             lambda a: np.zeros(np.shape(a), np.asarray(a).dtype), host_copy(template)
@@ -178,7 +179,7 @@ class Checkpoints:
             raise CheckpointDamaged(step, f"its state cannot be read ({reason(err)})") from None
         return jax.tree.map(np.asarray, restored)
 
-    def quarantine(self, step: int, to) -> Path:
+    def quarantine(self, step: int, to: Path | str) -> Path:
         """Move checkpoint ``step`` into the directory ``to`` (process 0); returns where it went."""
         to = Path(to)
         to.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ two-sample test in ``fastgp.train.digit_quality``, so the generator never saw it
 
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +37,7 @@ _MIXTURES = {
 }
 
 
-def _check_name(name, valid):
+def _check_name(name: str, valid: Any) -> None:
     if name not in valid:
         raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(valid)}")
 
@@ -79,7 +80,7 @@ DIGIT_SPLITS = ("train", "held_out")
 
 
 @functools.lru_cache(maxsize=1)
-def _sklearn_digits():
+def _sklearn_digits() -> Any:
     """scikit-learn's digits bunch, read from disk once per process (callers only read it)."""
     from sklearn.datasets import load_digits as _sk_load_digits
 

@@ -11,13 +11,15 @@ On the host:
     replica_spread(metrics)            -> largest disagreement between cores on a global value
 """
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 
-def norm_stats(norms):
+def norm_stats(norms: jax.Array) -> dict[str, jax.Array]:
     """Statistics of this shard's (B_local,) float32 input-gradient norms (local scalars)."""
     return {
         "norm_mean": jnp.mean(norms),
@@ -27,7 +29,7 @@ def norm_stats(norms):
     }
 
 
-def skipped_norm_stats(axis_name):
+def skipped_norm_stats(axis_name: str) -> dict[str, jax.Array]:
     """Stats for a critic step whose penalty was skipped (lazy regularisation): nothing measured."""
     nan = lax.pcast(jnp.float32(jnp.nan), axis_name, to="varying")
     return {
@@ -38,7 +40,7 @@ def skipped_norm_stats(axis_name):
     }
 
 
-def gather(values, axis_name):
+def gather(values: Any, axis_name: str) -> Any:
     """Every core's values, each ``shape -> shape + (n_devices,)`` and identical on every core, in
     ONE collective.
 
@@ -65,7 +67,7 @@ def gather(values, axis_name):
     return out
 
 
-def summarize(metrics) -> dict:
+def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
     """Host floats of the last critic and generator step of a ``Trainer.run`` metrics dict.
 
     Losses are taken from core 0 (``replica_spread``: how far the cores disagree over all steps);
@@ -91,7 +93,7 @@ def summarize(metrics) -> dict:
     }
 
 
-def replica_spread(metrics) -> float:
+def replica_spread(metrics: dict[str, Any]) -> float:
     """Largest disagreement between cores on a global value over all steps (0.0 when healthy)."""
     names = ("critic_loss", "penalty", "wasserstein", "generator_loss")
     return max(float(np.max(np.ptp(np.asarray(metrics[n]), axis=-1))) for n in names)

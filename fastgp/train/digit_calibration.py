@@ -24,7 +24,9 @@ run's samples are (the C2ST on the first set, the Frechet distance averaged over
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +51,7 @@ COLUMNS = (
 )
 
 
-def degraded(metric: DigitQuality, seed: int = 0) -> dict:
+def degraded(metric: DigitQuality, seed: int = 0) -> dict[str, np.ndarray]:
     """{row name: (FRECHET_SETS * n, 64) float32 digits} for the rows of the table
     (n = ``metric.n_samples``): each set of n is an independent draw of the row's damage to the
     same n real digits (the real row: those digits repeated), as a generator's evaluation
@@ -82,7 +84,9 @@ def resampled(metric: DigitQuality, rng: np.random.Generator, count: int) -> np.
     return real[rng.integers(0, len(real), count)]
 
 
-def calibration_table(seed: int = 0, names=None, metric: DigitQuality | None = None) -> list:
+def calibration_table(
+    seed: int = 0, names: Sequence[str] | None = None, metric: DigitQuality | None = None
+) -> list[dict[str, Any]]:
     """The metric's dict on each row of :func:`degraded` (``names``: a subset, in table order),
     with "row" (its name) and "sigma" (the noise sigma; 0.0 for real, None for the others)."""
     metric = metric or DigitQuality(seed)
@@ -97,7 +101,7 @@ def calibration_table(seed: int = 0, names=None, metric: DigitQuality | None = N
     return rows
 
 
-def noise_curve(rows: list) -> dict:
+def noise_curve(rows: list[dict[str, Any]]) -> dict[str, tuple[float, ...]]:
     """{figure: its values on the noise rows, sigma ascending}: ``NOISE_CURVE`` from a table."""
     noise = sorted((r for r in rows if r["sigma"] is not None), key=lambda r: r["sigma"])
     if tuple(r["sigma"] for r in noise) != NOISE_SIGMAS:
@@ -106,7 +110,7 @@ def noise_curve(rows: list) -> dict:
     return {key: tuple(r[key] for r in noise) for key in keys}
 
 
-def markdown(rows: list) -> str:
+def markdown(rows: list[dict[str, Any]]) -> str:
     """The table: one line per row, a column per figure of :data:`COLUMNS`."""
     lines = [
         "| row | " + " | ".join(title for title, _ in COLUMNS) + " |",
@@ -127,7 +131,7 @@ def write_between_markers(path: str, table: str) -> None:
     Path(path).write_text(text[:start] + "\n" + table + text[end:], encoding="utf-8")
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="split and noise seed (default 0)")
     parser.add_argument(

@@ -56,6 +56,8 @@ row) for anything at least as bad as sigma 0.4. Deterministic for a ``seed``.
 
 import contextlib
 import warnings
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,11 +65,13 @@ import numpy as np
 
 from fastgp.penalty import grad_norms
 from fastgp.train.data import toy_modes
+from fastgp.train.recipes import Problem
+from fastgp.train.state import TrainConfig
 
 # --- Gaussian mixtures --------------------------------------------------------------------------
 
 
-def mode_quality(samples, centers, sigma: float) -> dict:
+def mode_quality(samples: Any, centers: Any, sigma: float) -> dict[str, Any]:
     """Modes captured and percentage of high-quality samples.
 
     samples (N, 2), centers (M, 2), sigma the per-mode std (all in data coordinates). A sample is
@@ -121,7 +125,7 @@ NOISE_CURVE = {
 
 
 @contextlib.contextmanager
-def _quiet_sklearn():
+def _quiet_sklearn() -> Iterator[None]:
     """One BLAS thread (sklearn's MLPs run many times slower on shared cores with more) and no
     convergence warnings (the C2ST's MLP stops at a fixed epoch count on purpose)."""
     from sklearn.exceptions import ConvergenceWarning
@@ -189,7 +193,7 @@ class DigitQuality:
         """Mean top-class probability of the digit classifier on (n, 64) digits."""
         return float(np.mean(np.max(self.classifier.predict_proba(flat), 1)))
 
-    def c2st(self, samples: np.ndarray) -> dict:
+    def c2st(self, samples: np.ndarray) -> dict[str, Any]:
         """{"svm", "mlp"}: 5-fold cross-validated accuracies of each classifier separating
         ``samples`` (n, 64) from the held-out digits (n = ``n_samples``); same folds for both."""
         from sklearn.model_selection import StratifiedKFold, cross_val_score
@@ -211,7 +215,7 @@ class DigitQuality:
                 for name, test in tests.items()
             }
 
-    def __call__(self, samples) -> dict:
+    def __call__(self, samples: Any) -> dict[str, Any]:
         """The metric of ``samples`` (generator output in data coordinates); JSON-ready values."""
         flat = np.asarray(samples, np.float32)
         flat = flat.reshape(flat.shape[0], -1) if flat.ndim else flat
@@ -286,12 +290,13 @@ class Evaluator:
     :class:`DigitQuality` (built at the first evaluation, then reused) on at
     least its ``sets_wanted`` generator samples. Swiss roll: no evaluation."""
 
-    def __init__(self, dataset, config, problem, n):
+    def __init__(self, dataset: str, config: TrainConfig, problem: Problem, n: int) -> None:
         self.config, self.problem, self.n = config, problem, n
         self.dataset = dataset
         self.modes = None if problem.image or dataset == "swissroll" else toy_modes(dataset)
-        self._digits = None
-        self._last = None  # (step, quality) of the latest evaluation
+        self._digits: DigitQuality | None = None
+        # (step, quality) of the latest evaluation
+        self._last: tuple[int, dict[str, Any] | None] | None = None
         self.key = jax.random.PRNGKey(config.seed + 10_000)
         latent = config.latent_dim
         gen, critic = problem.generator, problem.critic
@@ -309,7 +314,7 @@ class Evaluator:
             )
         )
 
-    def samples(self, g_params, n=None):
+    def samples(self, g_params: Any, n: int | None = None) -> np.ndarray:
         return np.asarray(self._sample(g_params, self.key, n or self.n), np.float32)
 
     @property
@@ -317,12 +322,12 @@ class Evaluator:
         """Whether this dataset has a quality evaluation (runs stop at --eval-every for it)."""
         return self.modes is not None or self.dataset == "digits"
 
-    def digits_metric(self):
+    def digits_metric(self) -> "DigitQuality":
         if self._digits is None:
             self._digits = DigitQuality()
         return self._digits
 
-    def quality(self, g_params, step):
+    def quality(self, g_params: Any, step: int) -> dict[str, Any] | None:
         """The quality of the generator at ``step`` (computed once per step), or None.
 
         Gaussian mixtures: {"modes", "high_quality", "total_modes"}; digits: the
@@ -342,14 +347,14 @@ class Evaluator:
         return q
 
     @staticmethod
-    def record(quality):
+    def record(quality: dict[str, Any] | None) -> dict[str, Any] | None:
         """The part of ``quality`` that goes into a metrics.jsonl line."""
         if quality is None or "c2st_accuracy" not in quality:
             return quality
         return {k: quality[k] for k in DIGITS_RECORD}
 
     @staticmethod
-    def headline(quality) -> str:
+    def headline(quality: dict[str, Any] | None) -> str:
         """``quality`` in a few words, for the figure's title ("" if None)."""
         if quality is None:
             return ""
@@ -364,7 +369,7 @@ class Evaluator:
             f"(real {quality['frechet_floor']:.2f}), {quality['classes_covered']}/10 classes"
         )
 
-    def figure(self, path, state, records, title):
+    def figure(self, path: Any, state: Any, records: list[dict[str, Any]], title: str) -> None:
         g_params, d_params = state.g_params, state.d_params
         k_real, k_alpha = jax.random.split(jax.random.fold_in(self.key, 1))
         real = np.asarray(self.problem.sample_real(k_real, self.n), np.float32)

@@ -8,6 +8,8 @@ input-gradient norms at the penalty's points (the target 1 marked) and the loss 
 ``metrics.jsonl`` records.
 """
 
+from typing import Any
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -16,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 
-def _image_grid(images, n=8, pad=1):
+def _image_grid(images: np.ndarray, n: int = 8, pad: int = 1) -> np.ndarray:
     """(N, H, W, 1) in [-1, 1] -> mosaic of the first n*n images, ``pad`` grey pixels apart."""
     images = np.asarray(images)[: n * n, ..., 0]
     count, h, w = images.shape
@@ -28,7 +30,7 @@ def _image_grid(images, n=8, pad=1):
     return grid
 
 
-def _scatter_panel(ax, real, fake, critic_grid):
+def _scatter_panel(ax: Any, real: np.ndarray, fake: np.ndarray, critic_grid: Any) -> None:
     if critic_grid is not None:
         xs, ys, values = critic_grid
         contour = ax.contourf(xs, ys, values, levels=20, cmap="coolwarm", alpha=0.6)
@@ -40,13 +42,21 @@ def _scatter_panel(ax, real, fake, critic_grid):
     ax.set_title("real vs generated, critic contours")
 
 
-def _grid_panel(ax, images, name):
+def _grid_panel(ax: Any, images: np.ndarray, name: str) -> None:
     ax.imshow(_image_grid(images), cmap="gray", vmin=-1, vmax=1)
     ax.set_title(f"{name} samples")
     ax.axis("off")
 
 
-def plot_run(path, real, fake, norms, records, critic_grid=None, title: str = ""):
+def plot_run(
+    path: Any,
+    real: np.ndarray,
+    fake: np.ndarray,
+    norms: np.ndarray,
+    records: list[dict[str, Any]],
+    critic_grid: Any = None,
+    title: str = "",
+) -> None:
     """Write the figure to ``path`` (PNG)."""
     real, fake = np.asarray(real), np.asarray(fake)
     fig, axes = plt.subplots(2, 2, figsize=(11, 9))
@@ -66,7 +76,7 @@ def plot_run(path, real, fake, norms, records, critic_grid=None, title: str = ""
     plt.close(fig)
 
 
-def _norms_panel(ax, norms):
+def _norms_panel(ax: Any, norms: np.ndarray) -> None:
     norms = np.asarray(norms)
     norms = norms[np.isfinite(norms)]
     ax.hist(norms, bins=50, color="tab:blue", alpha=0.8)
@@ -77,7 +87,7 @@ def _norms_panel(ax, norms):
     ax.legend()
 
 
-def _loss_panel(ax, records):
+def _loss_panel(ax: Any, records: list[dict[str, Any]]) -> None:
     steps = [r["step"] for r in records]
     for name in ("critic_loss", "wasserstein", "penalty", "generator_loss"):
         ax.plot(steps, [r[name] for r in records], label=name)
@@ -86,7 +96,7 @@ def _loss_panel(ax, records):
     ax.legend()
 
 
-def _norm_curve_panel(ax, records):
+def _norm_curve_panel(ax: Any, records: list[dict[str, Any]]) -> None:
     # Rows with a measured norm (none under gp_kind approximate-r1, which takes no input-gradient).
     rows = [r for r in records if any(v is not None for v in r.get("norm_mean") or ())]
     steps = [r["step"] for r in rows]

@@ -29,7 +29,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
 
 FORCE_FLAG = "--xla_force_host_platform_device_count"
 HEARTBEAT_S = 10  # a peer silent this long is declared dead by the coordination service
@@ -38,9 +39,12 @@ POLL_S = 0.2
 GRACE_S = 3.0  # after one child fails, the others may exit by themselves this long
 
 
-def set_cpu_devices(n: int, env=None) -> dict:
+def set_cpu_devices(
+    n: int, env: MutableMapping[str, str] | None = None
+) -> MutableMapping[str, str]:
     """Make JAX (not yet started) see ``n`` CPU devices: sets XLA_FLAGS in ``env`` (os.environ)."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(FORCE_FLAG)]
     env["XLA_FLAGS"] = " ".join(flags + [f"{FORCE_FLAG}={n}"])
     return env
@@ -87,7 +91,7 @@ def check_port(port: int) -> None:
             ) from None
 
 
-def _child_setup():
+def _child_setup() -> None:
     """In the child before exec: its own process group, and SIGKILL when the supervisor dies
     (Linux; else nothing). SIGKILL, not SIGTERM: SIGTERM asks a run to stop gracefully."""
     os.setpgid(0, 0)
@@ -115,7 +119,7 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def _failure(procs, i: int, code: int) -> str:
+def _failure(procs: Sequence[subprocess.Popen[Any]], i: int, code: int) -> str:
     """The line for process ``i`` failing with ``code``: blames the stopped peers if any."""
     names = [f"process {j} of {len(procs)} (pid {p.pid})" for j, p in enumerate(procs)]
     stopped = [names[j] for j, p in enumerate(procs) if p.poll() is None and _stopped(p.pid)]
@@ -128,7 +132,7 @@ def _failure(procs, i: int, code: int) -> str:
     )
 
 
-def _stop(procs, grace: float = 0.0):
+def _stop(procs: Sequence[subprocess.Popen[Any]], grace: float = 0.0) -> None:
     """Kill every child still running after ``grace`` seconds, or once only stopped ones are left
     (SIGKILL: SIGTERM would only ask them to stop at their next chunk end), and reap them."""
     deadline = time.monotonic() + grace
@@ -146,10 +150,10 @@ def _stop(procs, grace: float = 0.0):
 class _Signals:
     """SIGTERM/SIGINT received by the supervisor (the handler only counts them)."""
 
-    def __init__(self):
-        self.received = []
+    def __init__(self) -> None:
+        self.received: list[int] = []
 
-    def __call__(self, signum, frame):
+    def __call__(self, signum: int, frame: Any) -> None:
         self.received.append(signum)
 
 
@@ -158,7 +162,13 @@ def _graceful(code: int) -> bool:
     return code in (128 + signal.SIGTERM, 128 + signal.SIGINT)
 
 
-def supervise(commands, env=None, *, quiet_others: bool = True, graceful: bool = False) -> int:
+def supervise(
+    commands: Sequence[Sequence[str]],
+    env: Mapping[str, str] | None = None,
+    *,
+    quiet_others: bool = True,
+    graceful: bool = False,
+) -> int:
     """Run one process per command (process i gets ``commands[i]``); 0 when all succeed.
 
     Process 0 keeps stdout; the others' stdout is dropped when ``quiet_others`` (their errors still

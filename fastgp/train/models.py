@@ -13,7 +13,7 @@ the layout TPU convolutions (and Flax) use, so no transposes surround the convol
 
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +22,8 @@ import jax.numpy as jnp
 class Model(NamedTuple):
     """``init(key) -> params`` and ``apply(params, x, dtype=jnp.float32) -> float32 output``."""
 
-    init: Callable
-    apply: Callable
+    init: Callable[..., Any]
+    apply: Callable[..., Any]
 
 
 ACTIVATIONS = {
@@ -37,17 +37,17 @@ ACTIVATIONS = {
 _RELU_LIKE = ("relu", "leaky_relu", "elu", "gelu", "silu")
 
 
-def _activation(name):
+def _activation(name: str) -> Callable[[jax.Array], jax.Array]:
     if name not in ACTIVATIONS:
         raise ValueError(f"unknown activation {name!r}; valid: {', '.join(ACTIVATIONS)}")
     return ACTIVATIONS[name]
 
 
-def _cast(tree, dtype):
+def _cast(tree: Any, dtype: Any) -> Any:
     return jax.tree.map(lambda a: a.astype(dtype), tree)
 
 
-def _dense_init(key, fan_in, fan_out, he):
+def _dense_init(key: jax.Array, fan_in: int, fan_out: int, he: bool) -> dict[str, jax.Array]:
     """He-normal (ReLU-like layers) or Glorot-normal weights, zero bias."""
     std = math.sqrt(2.0 / fan_in) if he else math.sqrt(2.0 / (fan_in + fan_out))
     w = std * jax.random.normal(key, (fan_in, fan_out), jnp.float32)
@@ -65,14 +65,14 @@ def mlp(sizes: Sequence[int], activation: str = "relu") -> Model:
     act = _activation(activation)
     he = activation in _RELU_LIKE
 
-    def init(key):
+    def init(key: jax.Array) -> list[dict[str, jax.Array]]:
         keys = jax.random.split(key, len(sizes) - 1)
         return [
             _dense_init(k, i, o, he and n < len(sizes) - 2)
             for n, (k, i, o) in enumerate(zip(keys, sizes[:-1], sizes[1:], strict=True))
         ]
 
-    def apply(params, x, dtype=jnp.float32):
+    def apply(params: Any, x: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
         params = _cast(params, dtype)
         h = x.astype(dtype)
         for layer in params[:-1]:
@@ -88,19 +88,19 @@ def mlp(sizes: Sequence[int], activation: str = "relu") -> Model:
 _DN = ("NHWC", "HWIO", "NHWC")
 
 
-def _conv_init(key, c_out, c_in, k=3):
+def _conv_init(key: jax.Array, c_out: int, c_in: int, k: int = 3) -> dict[str, jax.Array]:
     """He-normal (k, k, c_in, c_out) HWIO kernel, zero bias."""
     std = math.sqrt(2.0 / (c_in * k * k))
     w = std * jax.random.normal(key, (k, k, c_in, c_out), jnp.float32)
     return {"w": w, "b": jnp.zeros((c_out,), jnp.float32)}
 
 
-def _conv(h, w, stride=1):
+def _conv(h: jax.Array, w: jax.Array, stride: int = 1) -> jax.Array:
     """SAME convolution of NHWC ``h`` with an HWIO kernel."""
     return jax.lax.conv_general_dilated(h, w, (stride, stride), "SAME", dimension_numbers=_DN)
 
 
-def _upsample(h):
+def _upsample(h: jax.Array) -> jax.Array:
     """Nearest-neighbour 2x upsampling of NHWC ``h`` (every pixel repeated 2x2)."""
     return jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
 
@@ -112,7 +112,7 @@ def conv_critic(channels: int = 64, activation: str = "leaky_relu") -> Model:
     c1, c2 = channels, 2 * channels
     act = _activation(activation)
 
-    def init(key):
+    def init(key: jax.Array) -> dict[str, Any]:
         k0, k1, k2, k3 = jax.random.split(key, 4)
         return {
             "conv0": _conv_init(k0, c1, 1),
@@ -121,7 +121,7 @@ def conv_critic(channels: int = 64, activation: str = "leaky_relu") -> Model:
             "out": _dense_init(k3, c2 * 2 * 2, 1, he=False),
         }
 
-    def apply(params, x, dtype=jnp.float32):
+    def apply(params: Any, x: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
         p = _cast(params, dtype)
         h = x.astype(dtype)
         for name, stride in (("conv0", 1), ("conv1", 2), ("conv2", 2)):
@@ -151,7 +151,7 @@ def conv_generator(
     wide, narrow = 2 * channels, channels
     act, out = _activation(activation), OUTPUTS[output]
 
-    def init(key):
+    def init(key: jax.Array) -> dict[str, Any]:
         k0, k1, k2, k3, k4 = jax.random.split(key, 5)
         return {
             "proj": _dense_init(k0, latent_dim, wide * 4 * 4, he=True),
@@ -161,7 +161,7 @@ def conv_generator(
             "out": _conv_init(k4, 1, narrow),
         }
 
-    def apply(params, z, dtype=jnp.float32):
+    def apply(params: Any, z: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
         p = _cast(params, dtype)
         h = act(z.astype(dtype) @ p["proj"]["w"] + p["proj"]["b"])
         h = act(_conv(h.reshape(h.shape[0], 4, 4, wide), p["conv4"]["w"]) + p["conv4"]["b"])

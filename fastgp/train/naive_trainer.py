@@ -18,6 +18,8 @@ must agree to float32 rounding.
 """
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +28,7 @@ import optax
 
 from fastgp import approximate_r1
 from fastgp._reference import naive_grad_norms, naive_gradient_penalty
+from fastgp.train.models import Model
 from fastgp.train.state import (
     TrainConfig,
     TrainState,
@@ -41,7 +44,9 @@ class NaiveTrainer:
     """Single-device reference trainer with the same interface and random numbers as
     ``fastgp.train.trainer.Trainer``."""
 
-    def __init__(self, config: TrainConfig, generator, critic, sample_real):
+    def __init__(
+        self, config: TrainConfig, generator: Model, critic: Model, sample_real: Callable[..., Any]
+    ) -> None:
         self.config = config
         self.generator, self.critic, self.sample_real = generator, critic, sample_real
         self._opt_g, self._opt_d = optimizers(config)
@@ -52,7 +57,7 @@ class NaiveTrainer:
     def init(self) -> TrainState:
         return init_state(self.config, self.generator, self.critic)
 
-    def run(self, state: TrainState, iterations: int):
+    def run(self, state: TrainState, iterations: int) -> tuple[TrainState, dict[str, Any]]:
         """``iterations`` generator iterations, one jitted step at a time; (state, metrics)."""
         cfg = self.config
         records = []
@@ -69,7 +74,7 @@ class NaiveTrainer:
             records.append(record)
         return state, {name: np.stack([r[name] for r in records]) for name in records[0]}
 
-    def gradients(self, state: TrainState):
+    def gradients(self, state: TrainState) -> tuple[Any, Any]:
         """(critic grads, generator grads) of the first critic step and of the generator step of
         iteration ``state.iteration``, both at ``state``'s parameters (no update)."""
         apply_gp, weight = gp_schedule(self.config, int(state.iteration) * self.config.n_critic)
@@ -80,15 +85,23 @@ class NaiveTrainer:
 
     # --- plain jnp -----------------------------------------------------------------------------
 
-    def _scores(self, d_params, x):
+    def _scores(self, d_params: Any, x: jax.Array) -> jax.Array:
         out = self.critic.apply(d_params, x, dtype=self.config.dtype)
         return out.astype(jnp.float32).reshape(x.shape[0])
 
-    def _fake(self, g_params, key):
+    def _fake(self, g_params: Any, key: jax.Array) -> jax.Array:
         z = jax.random.normal(key, (self.config.batch_size, self.config.latent_dim), jnp.float32)
         return self.generator.apply(g_params, z, dtype=self.config.dtype).astype(jnp.float32)
 
-    def _critic_loss(self, d_params, g_params, real, keys, weight, apply_gp):
+    def _critic_loss(
+        self,
+        d_params: Any,
+        g_params: Any,
+        real: jax.Array,
+        keys: jax.Array,
+        weight: Any,
+        apply_gp: bool,
+    ) -> tuple[jax.Array, tuple[Any, Any, Any]]:
         cfg = self.config
         _, k_noise, k_alpha = keys
         fake = self._fake(g_params, k_noise)
@@ -112,7 +125,9 @@ class NaiveTrainer:
         )
         return penalty - wasserstein, (wasserstein, penalty, points)
 
-    def _critic_update_impl(self, state: TrainState, step: int, apply_gp: bool, weight: float):
+    def _critic_update_impl(
+        self, state: TrainState, step: int, apply_gp: bool, weight: float
+    ) -> tuple[TrainState, dict[str, Any], Any]:
         cfg = self.config
         keys = critic_keys(state.key, state.iteration, step)
         real = self.sample_real(keys[0], cfg.batch_size).astype(jnp.float32)
@@ -135,13 +150,13 @@ class NaiveTrainer:
         }
         return state, metrics, grads
 
-    def _generator_key(self, state):
+    def _generator_key(self, state: TrainState) -> jax.Array:
         return generator_key(state.key, state.iteration, self.config.n_critic)
 
-    def _generator_loss(self, g_params, d_params, key):
+    def _generator_loss(self, g_params: Any, d_params: Any, key: jax.Array) -> jax.Array:
         return -jnp.mean(self._scores(d_params, self._fake(g_params, key)))
 
-    def _generator_update_impl(self, state: TrainState):
+    def _generator_update_impl(self, state: TrainState) -> tuple[TrainState, jax.Array]:
         loss, grads = jax.value_and_grad(self._generator_loss)(
             state.g_params, state.d_params, self._generator_key(state)
         )

@@ -8,6 +8,8 @@ Wasserstein estimate, then the generator loss), so the description names the fir
 went non-finite and its generator step.
 """
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,11 +17,11 @@ import numpy as np
 CRITIC_LOSSES = ("critic_loss", "penalty", "wasserstein")
 
 
-def _value(v) -> str:
+def _value(v: Any) -> str:
     return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
 
 
-def first_nonfinite_loss(metrics, start: int):
+def first_nonfinite_loss(metrics: dict[str, Any], start: int) -> str | None:
     """The first non-finite loss of a chunk that began after generator step ``start``.
 
     ``metrics`` holds ``critic_loss``, ``penalty``, ``wasserstein`` (I, C, N) and
@@ -46,7 +48,7 @@ def first_nonfinite_loss(metrics, start: int):
 
 
 @jax.jit
-def _finite_leaves(trees):
+def _finite_leaves(trees: Any) -> Any:
     """One bool per leaf of ``trees``, in leaf order: one program and one transfer for the whole
     state, which the run loop checks after every chunk."""
     return jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(trees)])
@@ -60,7 +62,7 @@ STATE_PARTS = (
 )
 
 
-def nonfinite_state(state):
+def nonfinite_state(state: Any) -> str | None:
     """ "critic parameters d_params[1]['w'] hold non-finite values" for the first non-finite
     array of the parameters, then of the Adam states (a squared gradient can overflow while the
     parameters stay finite), or None."""

@@ -27,7 +27,9 @@ RUN = "run.json"
 CHECKPOINTS = "checkpoints"
 
 
-def metrics_record(step: int, wall_s: float, metrics, quality=None) -> dict:
+def metrics_record(
+    step: int, wall_s: float, metrics: dict[str, Any], quality: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One log line from the ``Trainer.run`` metrics of the chunk that ended at ``step``.
 
     Losses are the last critic / generator step's (core 0; every core holds the same global
@@ -59,12 +61,12 @@ def metrics_record(step: int, wall_s: float, metrics, quality=None) -> dict:
     return record
 
 
-def _finite_or_none(v):
+def _finite_or_none(v: Any) -> float | None:
     v = float(v)
     return v if np.isfinite(v) else None
 
 
-def strict(value):
+def strict(value: Any) -> Any:
     """``value`` with every non-finite float replaced by None (JSON null), recursively."""
     if isinstance(value, (float, np.floating)):
         return float(value) if np.isfinite(value) else None
@@ -75,7 +77,7 @@ def strict(value):
     return value
 
 
-def dumps(value, **kwargs) -> str:
+def dumps(value: Any, **kwargs: Any) -> str:
     """Strict JSON text of ``value`` (non-finite floats as null)."""
     return json.dumps(strict(value), allow_nan=False, **kwargs)
 
@@ -83,14 +85,14 @@ def dumps(value, **kwargs) -> str:
 class MetricsLog:
     """Appends records to ``metrics.jsonl``; on resume drops lines past the checkpoint's step."""
 
-    def __init__(self, out: Path, *, keep_until=None):
+    def __init__(self, out: Path, *, keep_until: int | None = None) -> None:
         self.path = Path(out) / METRICS
         self.records = []
         if keep_until is not None and self.path.exists():
             self.records = [r for r in read_metrics(self.path) if r["step"] <= keep_until]
         self.path.write_text("".join(dumps(r) + "\n" for r in self.records))
 
-    def append(self, record: dict) -> None:
+    def append(self, record: dict[str, Any]) -> None:
         self.records.append(record)
         with self.path.open("a") as f:
             f.write(dumps(record) + "\n")
@@ -98,7 +100,7 @@ class MetricsLog:
             os.fsync(f.fileno())
 
 
-def read_metrics(path) -> list:
+def read_metrics(path: Path | str) -> list[dict[str, Any]]:
     """All complete records of a metrics.jsonl (a torn last line is skipped)."""
     records = []
     for line in Path(path).read_text().splitlines():
@@ -109,7 +111,7 @@ def read_metrics(path) -> list:
     return records
 
 
-def out_problem(out, resume: bool = False):
+def out_problem(out: Path | str, resume: bool = False) -> str | None:
     """Why ``out`` cannot be a run's output directory (text naming the path), or None."""
     out = Path(out)
     if out.exists():
@@ -133,11 +135,11 @@ def out_problem(out, resume: bool = False):
     return None
 
 
-def write_json(path, value) -> None:
+def write_json(path: Path | str, value: Any) -> None:
     Path(path).write_text(dumps(value, indent=1) + "\n")
 
 
-def write_samples(out: Path, samples) -> Path:
+def write_samples(out: Path, samples: np.ndarray) -> Path:
     path = Path(out) / SAMPLES
     np.save(path, np.asarray(samples, np.float32))
     return path

@@ -30,11 +30,13 @@ BF16_RTOL = 2e-2  # a bfloat16 critic's two second orders round differently
 def _critic_loss(config: TrainConfig, problem: Problem, g_params: Any) -> Any:
     """The trainer's critic loss on one device, the generator's parameters held fixed."""
 
-    def critic_loss(d_params, real, z, key, *, penalty):
+    def critic_loss(
+        d_params: Any, real: jax.Array, z: jax.Array, key: jax.Array, *, penalty: Any
+    ) -> jax.Array:
         fake = problem.generator.apply(g_params, z, dtype=config.dtype)
         fake = fake.astype(jnp.float32)
 
-        def critic(x):
+        def critic(x: jax.Array) -> jax.Array:
             out = problem.critic.apply(d_params, x, dtype=config.dtype)
             return out.astype(jnp.float32).reshape(x.shape[0])
 

@@ -1,5 +1,7 @@
 """A live progress bar (rich, on stderr) with the latest losses and input-gradient norm stats."""
 
+from typing import Any
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -11,10 +13,10 @@ from rich.progress import (
 )
 
 
-def describe(record: dict) -> str:
+def describe(record: dict[str, Any]) -> str:
     """Short text of a metrics record: losses, norm mean [min, max], non-finite, quality."""
 
-    def num(name, spec):
+    def num(name: str, spec: str) -> str:
         v = record.get(name)
         return "null" if v is None else format(v, spec)
 
@@ -62,14 +64,14 @@ class RunProgress:
         )
         self._task = self._progress.add_task("train", total=total, completed=start, stats="")
 
-    def __enter__(self):
+    def __enter__(self) -> "RunProgress":
         self._progress.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._progress.stop()
 
-    def update(self, step: int, record: dict) -> None:
+    def update(self, step: int, record: dict[str, Any]) -> None:
         self._progress.update(self._task, completed=step, stats=describe(record))
 
 

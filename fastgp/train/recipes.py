@@ -14,7 +14,7 @@ score: docs/trainer.md.
 """
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from fastgp.train.data import TOY_DATASETS, load_digits, sample_toy
 from fastgp.train.models import Model, conv_critic, conv_generator, mlp
@@ -27,7 +27,7 @@ class Recipe(NamedTuple):
     """A dataset's default run: ``TrainConfig`` fields, generator iterations, and the hidden
     width of both toy MLPs or the channels of the digits conv pair."""
 
-    fields: dict
+    fields: dict[str, Any]
     steps: int
     width: int
 
@@ -72,11 +72,11 @@ class Problem(NamedTuple):
 
     generator: Model
     critic: Model
-    sample_real: Callable
+    sample_real: Callable[[Any, int], Any]
     image: bool
 
 
-def _check(dataset):
+def _check(dataset: str) -> None:
     if dataset not in RECIPES:
         raise ValueError(f"unknown dataset {dataset!r}; valid names: {', '.join(RECIPES)}")
 
@@ -87,7 +87,7 @@ def default_steps(dataset: str) -> int:
     return RECIPES[dataset].steps
 
 
-def default_config(dataset: str, **overrides) -> TrainConfig:
+def default_config(dataset: str, **overrides: Any) -> TrainConfig:
     """The recipe's ``TrainConfig`` for ``dataset``; ``overrides`` replace fields (None: keep).
 
     ``total_steps`` defaults to :func:`default_steps`.
@@ -103,9 +103,9 @@ def toy_networks(
     width: int,
     depth: int = TOY_DEPTH,
     activation: str = "relu",
-    g_width=None,
-    g_depth=None,
-):
+    g_width: int | None = None,
+    g_depth: int | None = None,
+) -> tuple[Model, Model]:
     """(generator, critic) MLPs for 2-D data: ``depth`` hidden layers of ``width`` units
     (the generator's: ``g_width`` and ``g_depth`` when given)."""
     g_width, g_depth = g_width or width, g_depth or depth

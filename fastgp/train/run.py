@@ -24,8 +24,9 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 import numpy as np
@@ -44,9 +45,11 @@ from fastgp.train.penalty_tuning import choose_second_order, tuning_line, tuning
 from fastgp.train.progress import RunProgress
 from fastgp.train.recipes import build_problem, default_config
 from fastgp.train.runlock import DirectoryBusy, RunLock
+from fastgp.train.signals import StopRequest
 from fastgp.train.state import ConfigError, TrainConfig, TrainState, init_state
 from fastgp.train.trainer import Trainer, make_mesh
 
+T = TypeVar("T")
 DEFAULT_DATASET = "8gaussians"
 DAMAGED = "checkpoints-damaged"  # where --resume moves damaged checkpoints, inside --out
 # TrainConfig field -> the command-line flag that sets it (for error messages).
@@ -110,7 +113,7 @@ def default_backend() -> str:
     return "xla" if jax.default_backend() == "cpu" else "auto"
 
 
-def _cadence(options: RunOptions, stored: dict) -> RunOptions:
+def _cadence(options: RunOptions, stored: dict[str, Any]) -> RunOptions:
     """``options`` with unset cadence fields taken from ``stored``, else from CADENCE."""
     return dataclasses.replace(
         options,
@@ -118,14 +121,14 @@ def _cadence(options: RunOptions, stored: dict) -> RunOptions:
     )
 
 
-def _flag_error(err: ConfigError, overrides: dict) -> RunError:
+def _flag_error(err: ConfigError, overrides: dict[str, Any]) -> RunError:
     """A TrainConfig error as a RunError naming the flags (with their values) it comes from."""
     given = [f"{FLAGS[f]} {overrides[f]}" for f in err.fields if f in FLAGS and f in overrides]
     named = given or [FLAGS.get(f, f) for f in err.fields]
     return RunError(f"{' with '.join(dict.fromkeys(named))}: {err}")
 
 
-def _stored_run(step: int, meta: dict):
+def _stored_run(step: int, meta: dict[str, Any]) -> tuple[str, TrainConfig]:
     """(dataset, TrainConfig) recorded in a checkpoint's metadata."""
     try:
         config = dict(meta["config"], betas=tuple(meta["config"]["betas"]))
@@ -139,8 +142,8 @@ class Resumed:
     """The checkpoint a run continues from: its step, metadata and state (host numpy)."""
 
     step: int
-    meta: dict
-    state: object
+    meta: dict[str, Any]
+    state: Any
 
 
 def _newest_intact(checkpoints: Checkpoints, out: Path, primary: bool) -> Resumed:
@@ -186,8 +189,12 @@ def _newest_intact(checkpoints: Checkpoints, out: Path, primary: bool) -> Resume
 
 
 def resolve(
-    options: RunOptions, overrides: dict, checkpoints: Checkpoints, *, primary: bool = True
-):
+    options: RunOptions,
+    overrides: dict[str, Any],
+    checkpoints: Checkpoints,
+    *,
+    primary: bool = True,
+) -> tuple[str, TrainConfig, Resumed | None]:
     """(dataset, TrainConfig, Resumed or None): a fresh run's recipe, or the checkpoint's run."""
     out = Path(options.out)
     steps = checkpoints.steps()
@@ -245,7 +252,7 @@ def _barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def _stop_signal(stop) -> int:
+def _stop_signal(stop: StopRequest | None) -> int:
     """The signal number a stop was requested with on any process (0: none)."""
     signum = (stop.signum or 0) if stop is not None else 0
     if jax.process_count() > 1:
@@ -271,7 +278,7 @@ def _prepare_out(out: Path, resume: bool) -> RunLock:
         ) from None
 
 
-def _write(what: str, fn, *args):
+def _write(what: str, fn: Callable[..., T], *args: Any) -> T:
     """Run an output writer; an OSError (disk full, read-only, ...) becomes a RunFailure."""
     try:
         return fn(*args)
@@ -280,7 +287,11 @@ def _write(what: str, fn, *args):
 
 
 def _devices_error(
-    config: TrainConfig, n: int, options: RunOptions, overrides: dict, resumed
+    config: TrainConfig,
+    n: int,
+    options: RunOptions,
+    overrides: dict[str, Any],
+    resumed: Resumed | None,
 ) -> RunError:
     b = config.batch_size
     if "batch_size" in overrides:
@@ -301,11 +312,13 @@ def _devices_error(
     )
 
 
-def _next_stop(it: int, end: int, *periods) -> int:
+def _next_stop(it: int, end: int, *periods: int | None) -> int:
     return min([end] + [(it // p + 1) * p for p in periods if p])
 
 
-def train(options: RunOptions, overrides: dict, stop=None) -> dict:
+def train(
+    options: RunOptions, overrides: dict[str, Any], stop: StopRequest | None = None
+) -> dict[str, Any]:
     """Run (or continue) training; returns the summary (process 0 also writes it to --out).
 
     ``stop``: a ``fastgp.train.signals.StopRequest`` whose signal ends the run at the next chunk
@@ -321,7 +334,9 @@ def train(options: RunOptions, overrides: dict, stop=None) -> dict:
             lock.release()
 
 
-def _train(options: RunOptions, overrides: dict, stop) -> dict:
+def _train(
+    options: RunOptions, overrides: dict[str, Any], stop: StopRequest | None
+) -> dict[str, Any]:
     session = _setup(options, overrides)
     it, signum = _loop(session, stop)
     return _finish(session, it, signum)
@@ -351,7 +366,7 @@ class _Session:
     state: TrainState
     evaluator: Evaluator
     log: outputs.MetricsLog | None
-    run_meta: dict
+    run_meta: dict[str, Any]
     devices: int
     total: int  # the run's generator iterations
     end: int  # the iteration this invocation stops at
@@ -376,7 +391,7 @@ class _Session:
             ) from None
 
 
-def _setup(options: RunOptions, overrides: dict) -> _Session:
+def _setup(options: RunOptions, overrides: dict[str, Any]) -> _Session:
     """The config, the trainer and its state (fresh or resumed), the evaluator, metrics.jsonl
     and run.json: everything before the first step."""
     start = time.perf_counter()
@@ -468,7 +483,7 @@ def _setup(options: RunOptions, overrides: dict) -> _Session:
     )
 
 
-def _loop(session: _Session, stop) -> tuple[int, int]:
+def _loop(session: _Session, stop: StopRequest | None) -> tuple[int, int]:
     """Chunks of ``Trainer.run`` up to ``session.end``, each logged (and evaluated, checkpointed)
     at its end; returns (the iteration reached, the signal that stopped it or 0)."""
     cadence, evaluator, trainer = session.cadence, session.evaluator, session.trainer
@@ -519,7 +534,9 @@ def _loop(session: _Session, stop) -> tuple[int, int]:
     return it, signum
 
 
-def _log_chunk(session: _Session, it: int, metrics, bar: RunProgress, *, evaluate: bool) -> None:
+def _log_chunk(
+    session: _Session, it: int, metrics: dict[str, Any], bar: RunProgress, *, evaluate: bool
+) -> None:
     """Process 0: the chunk's line of metrics.jsonl (with the quality at evaluation points) and
     the progress bar."""
     evaluator, every = session.evaluator, session.cadence.eval_every
@@ -532,7 +549,7 @@ def _log_chunk(session: _Session, it: int, metrics, bar: RunProgress, *, evaluat
     bar.update(it, record)
 
 
-def _finish(session: _Session, it: int, signum: int) -> dict:
+def _finish(session: _Session, it: int, signum: int) -> dict[str, Any]:
     """The summary; process 0 also writes the samples, the figure and summary.json."""
     train_s = session.wall()
     session.checkpoints.close()

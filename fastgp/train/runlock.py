@@ -18,6 +18,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 LOCK_NAME = ".fastgp.lock"
 RECORD_WAIT_S = 5.0
@@ -26,7 +27,7 @@ RECORD_WAIT_S = 5.0
 class DirectoryBusy(RuntimeError):
     """Another live run holds the directory's lock."""
 
-    def __init__(self, directory, holder: dict):
+    def __init__(self, directory: Path | str, holder: dict[str, Any]) -> None:
         who = (
             (
                 f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started "
@@ -39,7 +40,7 @@ class DirectoryBusy(RuntimeError):
         self.directory, self.holder = directory, holder
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text() or "{}")
         return value if isinstance(value, dict) else {}
@@ -47,7 +48,7 @@ def _read(path: Path) -> dict:
         return {}
 
 
-def _holder_record(path: Path, wait_s: float = RECORD_WAIT_S) -> dict:
+def _holder_record(path: Path, wait_s: float = RECORD_WAIT_S) -> dict[str, Any]:
     """The record of the process holding ``path``'s flock.
 
     The holder writes its record just after it takes the lock, so a second run that arrives
@@ -59,7 +60,7 @@ def _holder_record(path: Path, wait_s: float = RECORD_WAIT_S) -> dict:
     return holder
 
 
-def _alive_here(holder: dict) -> bool:
+def _alive_here(holder: dict[str, Any]) -> bool:
     """True if ``holder`` names a running process on this host (other than this one)."""
     pid = holder.get("pid")
     if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
@@ -82,7 +83,7 @@ class RunLock:
         atexit.register(self.release)
 
     @classmethod
-    def acquire(cls, directory) -> "RunLock":
+    def acquire(cls, directory: Path | str) -> "RunLock":
         """Lock ``directory`` (which must exist) or raise DirectoryBusy; OSError if unwritable."""
         path = Path(directory) / LOCK_NAME
         while True:

@@ -26,13 +26,15 @@ bounds are in docs/trainer.md.
 import dataclasses
 import sys
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
 from fastgp._typing import Backend, Kind, SecondOrder
 from fastgp.train.data import CHECK_DATASETS, load_digits, sample_toy
-from fastgp.train.models import conv_critic, conv_generator, mlp
+from fastgp.train.models import Model, conv_critic, conv_generator, mlp
 from fastgp.train.naive_trainer import NaiveTrainer
 from fastgp.train.recipes import DIGITS
 from fastgp.train.state import Precision, TrainConfig, index_sampler
@@ -54,7 +56,7 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
 }
 
 
-def _paired_arrays(ours, ref) -> list:
+def _paired_arrays(ours: Any, ref: Any) -> list[tuple[np.ndarray, np.ndarray, bool]]:
     """[(a, b, per_core)]: the float64 arrays of two pytrees, leaf by leaf; where ``a`` carries a
     trailing device axis that ``b`` lacks (``per_core``), ``b`` gains a length-1 one to match."""
     ours_leaves, ref_leaves = jax.tree.leaves(ours), jax.tree.leaves(ref)
@@ -68,7 +70,7 @@ def _paired_arrays(ours, ref) -> list:
     return pairs
 
 
-def max_rel_diff(ours, ref) -> float:
+def max_rel_diff(ours: Any, ref: Any) -> float:
     """Largest relative difference between two pytrees of arrays (ours may carry a trailing device
     axis that ref lacks: every core is compared). NaN in both at the same place counts as equal."""
     pairs = _paired_arrays(ours, ref)
@@ -83,7 +85,7 @@ def max_rel_diff(ours, ref) -> float:
     return worst
 
 
-def rel_l2_diff(ours, ref) -> float:
+def rel_l2_diff(ours: Any, ref: Any) -> float:
     """Largest ``|a - b|_2 / |b|_2`` over the arrays of two pytrees (ours may carry a trailing
     device axis: every core is compared); an all-zero reference array counts by ``|a|_2``."""
     worst = 0.0
@@ -96,20 +98,20 @@ def rel_l2_diff(ours, ref) -> float:
     return worst
 
 
-def _shard_norm_stats(norms, devices: int):
+def _shard_norm_stats(norms: np.ndarray, devices: int) -> dict[str, np.ndarray]:
     """(I, C, B) naive norms -> per-core mean/min/max (I, C, N), the trainer's layout."""
     split = norms.reshape(norms.shape[:2] + (devices, -1))
     return {"norm_mean": split.mean(-1), "norm_min": split.min(-1), "norm_max": split.max(-1)}
 
 
-def toy_problem(config: TrainConfig):
+def toy_problem(config: TrainConfig) -> tuple[Model, Model, Callable[..., Any]]:
     """(generator, critic, sample_real) of the check: small GELU MLPs on 8 Gaussians."""
     generator = mlp([config.latent_dim, 32, 32, 2], "gelu")
     critic = mlp([2, 32, 32, 1], "gelu")
     return generator, critic, lambda key, n: sample_toy("8gaussians", key, n)
 
 
-def digits_problem(config: TrainConfig):
+def digits_problem(config: TrainConfig) -> tuple[Model, Model, Callable[..., Any]]:
     """(generator, critic, sample_real) of the conv check: the digits recipe's NHWC conv pair
     (``fastgp.train.recipes``) with GELU, on sklearn's 8x8 digits (B, 8, 8, 1)."""
     return (
@@ -133,7 +135,7 @@ def run_check(
     seed: int = 0,
     second_order: SecondOrder = "reverse-over-forward",
     dataset: str = "8gaussians",
-) -> dict:
+) -> dict[str, Any]:
     """Train ``steps`` generator iterations both ways; a JSON-ready dict with ``ok`` the verdict.
 
     These keyword arguments and their defaults are ``fastgp check``'s options (``fastgp.train.cli``
@@ -184,7 +186,7 @@ def run_check(
     ref, ref_metrics = naive.run(ref0, steps)
     naive_seconds = time.perf_counter() - start
 
-    def updates(s, s0):
+    def updates(s: Any, s0: Any) -> Any:
         return jax.tree.map(
             lambda a, b: np.asarray(a) - np.asarray(b),
             (s.g_params, s.d_params),
@@ -232,7 +234,7 @@ def run_check(
     }
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m fastgp.train.selfcheck ARGS``: ``fastgp check ARGS``, the one parser and set of
     defaults. Prints one JSON line; returns 0 within tolerance, 1 beyond it (a bad flag exits 2)."""
     from fastgp.train import cli

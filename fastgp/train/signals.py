@@ -54,10 +54,10 @@ class StopRequest:
         self._previous = None
         os.close(self._write_fd)  # the watcher reads EOF and ends
 
-    def _say(self, text):
+    def _say(self, text: str) -> None:
         print(f"{self.prefix}: {text}", file=sys.stderr, flush=True)
 
-    def _watch(self):
+    def _watch(self) -> None:
         fd = self._read_fd
         while True:
             try:
@@ -89,7 +89,7 @@ class StopRequest:
             os._exit(128 + signum)
 
 
-def _ignore(signum, frame):
+def _ignore(signum: int, frame: Any) -> None:
     """The Python-level handler; the watcher thread does the work."""
 
 

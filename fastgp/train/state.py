@@ -43,7 +43,7 @@ SEED_RANGE = (-(2**63), 2**63 - 1 - 10_000)
 class ConfigError(ValueError):
     """An invalid TrainConfig; ``fields`` names the offending field(s)."""
 
-    def __init__(self, fields, message):
+    def __init__(self, fields: str | tuple[str, ...], message: str) -> None:
         super().__init__(message)
         self.fields = (fields,) if isinstance(fields, str) else tuple(fields)
 
@@ -74,7 +74,7 @@ class TrainConfig:
     gp_sigma: float = 0.01
     lr_g: float = 1e-4
     lr_d: float = 1e-4
-    betas: tuple = (0.5, 0.9)
+    betas: tuple[float, float] = (0.5, 0.9)
     precision: Precision = "f32"
     backend: Backend = "auto"
     latent_dim: int = 2
@@ -83,7 +83,7 @@ class TrainConfig:
     decay_fraction: float = 0.0
     second_order: ConfigSecondOrder = "reverse-over-forward"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
@@ -166,7 +166,7 @@ class TrainConfig:
             )
 
     @property
-    def dtype(self):
+    def dtype(self) -> Any:
         """The compute dtype passed to ``apply`` (jnp.float32 or jnp.bfloat16)."""
         return PRECISIONS[self.precision]
 
@@ -200,7 +200,7 @@ class TrainState(NamedTuple):
     d_opt: Any
 
 
-def lr_schedule(lr: float, total: int | None, decay_fraction: float):
+def lr_schedule(lr: float, total: int | None, decay_fraction: float) -> Any:
     """Constant ``lr``; with ``decay_fraction > 0``, linear decay to 0 over the last
     ``decay_fraction`` of ``total`` optimiser steps (then 0)."""
     if decay_fraction <= 0:
@@ -214,7 +214,7 @@ def lr_schedule(lr: float, total: int | None, decay_fraction: float):
     )
 
 
-def optimizers(config: TrainConfig):
+def optimizers(config: TrainConfig) -> tuple[Any, Any]:
     """(generator, critic) optax Adam transformations (schedules per ``TrainConfig``)."""
     b1, b2 = config.betas
     total, frac = config.total_steps, config.decay_fraction
@@ -225,7 +225,7 @@ def optimizers(config: TrainConfig):
     )
 
 
-def init_state(config: TrainConfig, generator, critic) -> TrainState:
+def init_state(config: TrainConfig, generator: Any, critic: Any) -> TrainState:
     """Parameters from ``config.seed`` (float32), fresh Adam states, iteration 0."""
     k_g, k_d, k_run = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     g_params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), generator.init(k_g))
@@ -236,18 +236,18 @@ def init_state(config: TrainConfig, generator, critic) -> TrainState:
     )
 
 
-def critic_keys(key, iteration, step):
+def critic_keys(key: jax.Array, iteration: Any, step: Any) -> tuple[jax.Array, ...]:
     """(k_real, k_noise, k_alpha) for critic step ``step`` of generator iteration ``iteration``."""
     k = jax.random.fold_in(jax.random.fold_in(key, iteration), step)
     return tuple(jax.random.split(k, 3))
 
 
-def generator_key(key, iteration, n_critic: int):
+def generator_key(key: jax.Array, iteration: Any, n_critic: int) -> jax.Array:
     """Noise key of the generator step of ``iteration`` (index ``n_critic`` after the critic's)."""
     return jax.random.fold_in(jax.random.fold_in(key, iteration), n_critic)
 
 
-def gp_schedule(config: TrainConfig, critic_index):
+def gp_schedule(config: TrainConfig, critic_index: Any) -> tuple[Any, float]:
     """(apply?, weight) for the critic step with run-wide index ``critic_index``.
 
     Every step when ``gp_every == 1`` (then ``apply`` is the Python ``True``); otherwise a bool
@@ -258,11 +258,11 @@ def gp_schedule(config: TrainConfig, critic_index):
     return critic_index % config.gp_every == 0, config.gp_weight * config.gp_every
 
 
-def index_sampler(data) -> Callable:
+def index_sampler(data: Any) -> Callable[[jax.Array, int], jax.Array]:
     """``sample_real(key, n)``: ``n`` rows of ``data`` (N, ...) drawn uniformly with replacement."""
     data = jnp.asarray(data)
 
-    def sample_real(key, n):
+    def sample_real(key: jax.Array, n: int) -> jax.Array:
         return data[jax.random.randint(key, (n,), 0, data.shape[0])]
 
     return sample_real

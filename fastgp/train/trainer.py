@@ -44,13 +44,15 @@ program either way.
 """
 
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fastgp import approximate_r1
@@ -58,6 +60,7 @@ from fastgp._interpret_mode import blocking, check_backend_for_manual_axes
 from fastgp.distributed import global_batch_slice, global_mean
 from fastgp.penalty import gradient_penalty_and_norms, interpolate
 from fastgp.train import diagnostics
+from fastgp.train.models import Model
 from fastgp.train.state import (
     TrainConfig,
     TrainState,
@@ -74,7 +77,7 @@ AXIS = "data"
 LOOP_SLOW_ON_CPU = frozenset({"conv_general_dilated"})
 
 
-def network_primitives(generator, critic, config: TrainConfig) -> frozenset[str]:
+def network_primitives(generator: Model, critic: Model, config: TrainConfig) -> frozenset[str]:
     """The names of the primitives in ``critic(generator(z))`` under ``config`` (nested calls
     included), traced on abstract values: nothing is initialised or computed. Convolutions
     appear here as ``conv_general_dilated`` (transposed ones too); their gradients are
@@ -83,7 +86,7 @@ def network_primitives(generator, critic, config: TrainConfig) -> frozenset[str]
     g_params, d_params = jax.eval_shape(generator.init, key), jax.eval_shape(critic.init, key)
     z = jax.ShapeDtypeStruct((2, config.latent_dim), jnp.float32)
 
-    def forward(g_params, d_params, z):
+    def forward(g_params: Any, d_params: Any, z: jax.Array) -> jax.Array:
         fake = generator.apply(g_params, z, dtype=config.dtype)
         return critic.apply(d_params, fake, dtype=config.dtype)
 
@@ -92,7 +95,7 @@ def network_primitives(generator, critic, config: TrainConfig) -> frozenset[str]
     return frozenset(names)
 
 
-def _collect_primitives(jaxpr, names: set) -> None:
+def _collect_primitives(jaxpr: Any, names: set[str]) -> None:
     for eqn in jaxpr.eqns:
         names.add(eqn.primitive.name)
         for value in eqn.params.values():
@@ -102,7 +105,7 @@ def _collect_primitives(jaxpr, names: set) -> None:
                     _collect_primitives(sub, names)
 
 
-def default_fused(platform: str, generator, critic, config: TrainConfig) -> bool:
+def default_fused(platform: str, generator: Model, critic: Model, config: TrainConfig) -> bool:
     """Whether ``Trainer.run`` fuses its iterations by default on ``platform``: everywhere but on
     CPU when the networks hold a primitive of :data:`LOOP_SLOW_ON_CPU` (the digits conv pair);
     the MLP pairs fuse on CPU too."""
@@ -111,13 +114,13 @@ def default_fused(platform: str, generator, critic, config: TrainConfig) -> bool
     return not network_primitives(generator, critic, config) & LOOP_SLOW_ON_CPU
 
 
-def make_mesh(devices=None) -> Mesh:
+def make_mesh(devices: Sequence[Any] | None = None) -> Mesh:
     """A 1-D mesh named "data" over ``devices`` (default: all devices)."""
     devices = list(jax.devices() if devices is None else devices)
     return jax.make_mesh((len(devices),), (AXIS,), devices=devices)
 
 
-def _shard(x, sharding: NamedSharding):
+def _shard(x: Any, sharding: NamedSharding) -> Any:
     """Lay out a jit-level array as ``sharding`` (reshard on explicit meshes, a constraint else)."""
     if all(t == AxisType.Explicit for t in sharding.mesh.axis_types):
         return jax.reshard(x, sharding)
@@ -137,13 +140,13 @@ class Trainer:
     def __init__(
         self,
         config: TrainConfig,
-        generator,
-        critic,
-        sample_real,
+        generator: Model,
+        critic: Model,
+        sample_real: Callable[[jax.Array, int], jax.Array],
         *,
-        mesh=None,
+        mesh: Mesh | AbstractMesh | None = None,
         fused: bool | None = None,
-    ):
+    ) -> None:
         if config.second_order == "auto":
             raise ValueError(
                 "second_order='auto' is resolved before training: "
@@ -195,23 +198,23 @@ class Trainer:
         """Place a state (e.g. restored from a checkpoint) replicated on this trainer's mesh."""
         return jax.device_put(state, self._replicated)
 
-    def _run(self, state: TrainState, iterations: int):
+    def _run(self, state: TrainState, iterations: int) -> tuple[TrainState, dict[str, Any]]:
         """``iterations`` generator iterations fused in one ``lax.scan``; (state, metrics)."""
         iteration = self._sharded(self._iteration, (P(), P(None, AXIS)))
 
-        def body(state, _):
+        def body(state: TrainState, _: Any) -> tuple[TrainState, dict[str, Any]]:
             return iteration(state, _shard(self._real_batches(state), self._batched))
 
         return lax.scan(body, state, None, length=iterations)
 
-    def _unfused_iteration(self, state: TrainState):
+    def _unfused_iteration(self, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
         """One generator iteration, its critic steps written out (no loop); (state, metrics)."""
         iteration = self._sharded(
             functools.partial(self._iteration, written_out=True), (P(), P(None, AXIS))
         )
         return iteration(state, _shard(self._real_batches(state), self._batched))
 
-    def _gradients(self, state: TrainState):
+    def _gradients(self, state: TrainState) -> tuple[Any, Any]:
         """(critic grads, generator grads) of the first critic step and of the generator step of
         iteration ``state.iteration``, both at ``state``'s parameters (no update)."""
         real = _shard(self._real_batches(state)[0], NamedSharding(self.mesh, P(AXIS)))
@@ -219,15 +222,15 @@ class Trainer:
 
     # --- jit level -----------------------------------------------------------------------------
 
-    def _sample(self, state: TrainState, key, n: int):
+    def _sample(self, state: TrainState, key: jax.Array, n: int) -> jax.Array:
         """(n, ...) float32 generator samples for noise drawn from ``key``."""
         z = jax.random.normal(key, (n, self.config.latent_dim), jnp.float32)
         return self.generator.apply(state.g_params, z, dtype=self.config.dtype).astype(jnp.float32)
 
-    def _sharded(self, fn, in_specs):
+    def _sharded(self, fn: Callable[..., Any], in_specs: Any) -> Callable[..., Any]:
         return jax.shard_map(fn, mesh=self.mesh, in_specs=in_specs, out_specs=P(), check_vma=True)
 
-    def _real_batches(self, state):
+    def _real_batches(self, state: TrainState) -> jax.Array:
         """(n_critic, B, ...) real data of this iteration's critic steps, GLOBAL batch.
 
         One vmapped draw over the critic steps' keys (the same bits as one draw per key), so the
@@ -239,21 +242,29 @@ class Trainer:
 
     # --- inside shard_map ----------------------------------------------------------------------
 
-    def _local_normal(self, key):
+    def _local_normal(self, key: jax.Array) -> jax.Array:
         """This core's slice of (B, latent_dim) float32 noise drawn for the GLOBAL batch."""
         z = jax.random.normal(key, (self.config.batch_size, self.config.latent_dim), jnp.float32)
         return global_batch_slice(z, self.local_batch, AXIS)
 
-    def _scores(self, d_params, x):
+    def _scores(self, d_params: Any, x: jax.Array) -> jax.Array:
         out = self.critic.apply(d_params, x, dtype=self.config.dtype)
         return out.astype(jnp.float32).reshape(x.shape[0])
 
-    def _fake(self, g_params, key):
+    def _fake(self, g_params: Any, key: jax.Array) -> jax.Array:
         """This core's (B_local, ...) float32 generator samples."""
         out = self.generator.apply(g_params, self._local_normal(key), dtype=self.config.dtype)
         return out.astype(jnp.float32)
 
-    def _critic_loss(self, d_params, g_params, real, keys, weight, apply_gp):
+    def _critic_loss(
+        self,
+        d_params: Any,
+        g_params: Any,
+        real: jax.Array,
+        keys: tuple[jax.Array, ...],
+        weight: Any,
+        apply_gp: bool,
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """(penalty - W, aux): W = mean D(real) - mean D(fake) over the global batch."""
         _, k_noise, k_alpha = keys
         fake = self._fake(g_params, k_noise)
@@ -296,12 +307,14 @@ class Trainer:
         loss = penalty - wasserstein
         return loss, {"critic_loss": loss, "penalty": penalty, "wasserstein": wasserstein, **stats}
 
-    def _critic_grads(self, state, real, step, apply_gp, weight):
+    def _critic_grads(
+        self, state: TrainState, real: jax.Array, step: Any, apply_gp: Any, weight: Any
+    ) -> Any:
         """((loss, local aux), grads) of critic step ``step`` of ``state.iteration`` (lazy GP:
         a ``lax.cond`` unless ``apply_gp`` is a Python bool)."""
         keys = critic_keys(state.key, state.iteration, step)
 
-        def branch(on):
+        def branch(on: bool) -> Callable[[], Any]:
             return lambda: _packed_value_and_grad(
                 self._critic_loss,
                 state.d_params,
@@ -317,14 +330,16 @@ class Trainer:
             return branch(apply_gp)()
         return lax.cond(apply_gp, branch(True), branch(False))
 
-    def _schedule(self, state, step):
+    def _schedule(self, state: TrainState, step: Any) -> tuple[Any, float]:
         cfg = self.config
         if isinstance(step, int) and cfg.n_critic % cfg.gp_every == 0:
             # (iteration * n_critic + step) % gp_every == step % gp_every: known at trace time
             return gp_schedule(cfg, step)
         return gp_schedule(cfg, state.iteration * cfg.n_critic + step)
 
-    def _critic_step(self, state: TrainState, real, step):
+    def _critic_step(
+        self, state: TrainState, real: jax.Array, step: Any
+    ) -> tuple[TrainState, dict[str, jax.Array], jax.Array]:
         """One critic update on this core's (B_local, ...) real batch; (state, this core's metrics,
         penalty applied?). The update's only collective is the gradient all-reduce, which XLA
         merges with the global means of the loss; metrics are gathered by the caller."""
@@ -334,17 +349,19 @@ class Trainer:
         d_params = optax.apply_updates(state.d_params, updates)
         return state._replace(d_params=d_params, d_opt=d_opt), aux, jnp.asarray(apply_gp)
 
-    def _gathered_critic_step(self, state: TrainState, real, step):
+    def _gathered_critic_step(
+        self, state: TrainState, real: jax.Array, step: Any
+    ) -> tuple[TrainState, dict[str, Any]]:
         """``_critic_step`` with its metrics gathered from every core; (state, metrics)."""
         state, aux, gp_applied = self._critic_step(state, real, step)
         return state, {**diagnostics.gather(aux, AXIS), "gp_applied": gp_applied}
 
-    def _generator_loss(self, g_params, d_params, key):
+    def _generator_loss(self, g_params: Any, d_params: Any, key: jax.Array) -> jax.Array:
         """-mean D(G(z)) over the global batch."""
         fake = self._fake(g_params, key)
         return -global_mean(self._scores(d_params, fake), AXIS)
 
-    def _generator_step(self, state: TrainState):
+    def _generator_step(self, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
         key = generator_key(state.key, state.iteration, self.config.n_critic)
         loss, grads = _packed_value_and_grad(
             self._generator_loss, state.g_params, state.d_params, key
@@ -354,14 +371,16 @@ class Trainer:
         state = state._replace(iteration=state.iteration + 1, g_params=g_params, g_opt=g_opt)
         return state, {"generator_loss": loss}
 
-    def _iteration(self, state: TrainState, real, written_out=False):
+    def _iteration(
+        self, state: TrainState, real: jax.Array, written_out: bool = False
+    ) -> tuple[TrainState, dict[str, Any]]:
         """One generator iteration on this core's (n_critic, B_local, ...) real batches: the
         critic steps in a ``lax.scan``, or ``written_out`` one after another.
 
         Collectives: one all-reduce per critic and generator step (gradients and global means),
         then ONE for the metrics of the whole iteration, gathered at its end."""
 
-        def critic_step(state, xs):
+        def critic_step(state: TrainState, xs: Any) -> tuple[TrainState, Any]:
             state, aux, gp_applied = self._critic_step(state, *xs)
             return state, (aux, gp_applied)
 
@@ -378,7 +397,7 @@ class Trainer:
         metrics = diagnostics.gather({**critic_aux, **generator_aux}, AXIS)
         return state, {**metrics, "gp_applied": gp_applied}
 
-    def _local_gradients(self, state: TrainState, real):
+    def _local_gradients(self, state: TrainState, real: jax.Array) -> tuple[Any, Any]:
         step = jnp.int32(0)
         _, critic_grads = self._critic_grads(state, real, step, *self._schedule(state, step))
         key = generator_key(state.key, state.iteration, self.config.n_critic)
@@ -388,7 +407,9 @@ class Trainer:
         return critic_grads, generator_grads
 
 
-def _packed_value_and_grad(loss_fn, params, *args, has_aux=False):
+def _packed_value_and_grad(
+    loss_fn: Callable[..., Any], params: Any, *args: Any, has_aux: bool = False
+) -> tuple[Any, Any]:
     """``jax.value_and_grad(loss_fn, has_aux=has_aux)(params, *args)`` inside ``shard_map`` for
     replicated ``params``, the gradient all-reduced as ONE raveled float32 vector.
 
@@ -400,14 +421,14 @@ def _packed_value_and_grad(loss_fn, params, *args, has_aux=False):
     wants."""
     flat, unravel = ravel_pytree(params)
 
-    def loss_of_flat(f):
+    def loss_of_flat(f: jax.Array) -> Any:
         return loss_fn(unravel(lax.pcast(f, AXIS, to="varying")), *args)
 
     value, grads = jax.value_and_grad(loss_of_flat, has_aux=has_aux)(flat)
     return value, unravel(grads)
 
 
-def _stack(trees):
+def _stack(trees: Sequence[Any]) -> Any:
     """Equal-structure pytrees of arrays stacked leaf by leaf on a new leading axis."""
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
@@ -418,11 +439,11 @@ class _Run:
     program (the one TPU and GPU run, and CPU for networks without convolutions) whichever way
     this trainer runs."""
 
-    def __init__(self, trainer: Trainer, fused_run):
+    def __init__(self, trainer: Trainer, fused_run: Any) -> None:
         self._trainer, self._fused_run = trainer, fused_run
         self.lower = fused_run.lower
 
-    def __call__(self, state: TrainState, iterations: int):
+    def __call__(self, state: TrainState, iterations: int) -> tuple[TrainState, dict[str, Any]]:
         trainer = self._trainer
         if trainer.fused or iterations < 1:
             return self._fused_run(state, iterations)
