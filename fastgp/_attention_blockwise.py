@@ -263,20 +263,20 @@ def _typed_zeros(like: jax.Array, *inputs: jax.Array) -> jax.Array:
 
 
 def _per_query_block(
-    rows_fn: Callable[..., Any], row_args: tuple[jax.Array, ...], block_q: int
+    rows_fn: Callable[..., Any],
+    row_args: tuple[jax.Array, ...],
+    block_q: int,
+    column_like: tuple[jax.Array, ...] = (),
 ) -> tuple[list[jax.Array], list[jax.Array]]:
     """``rows_fn(q_start, *row_blocks) -> (row_outputs, column_sums)`` over query blocks,
-    rematerialised per block: row outputs concatenated, column sums added."""
+    rematerialised per block: row outputs concatenated, column sums (float32, shaped like
+    ``column_like``) added."""
     tq = row_args[0].shape[2]
     if block_q >= tq:
         rows, cols = rows_fn(0, *row_args)
         return list(rows), list(cols)
     body_fn = jax.checkpoint(rows_fn, prevent_cse=False)
-    first_rows, first_cols = jax.eval_shape(
-        lambda *a: rows_fn(0, *a), *(x[:, :, :block_q] for x in row_args)
-    )
-    del first_rows
-    init = tuple(_typed_zeros(jnp.zeros(c.shape, c.dtype), *row_args) for c in first_cols)
+    init = tuple(_typed_zeros(like, *row_args) for like in column_like)
 
     def body(carry, xs):  # type: ignore[no-untyped-def]
         index, *blocks = xs
@@ -356,7 +356,7 @@ def vjp(
         g_q, g_k, g_v = _vjp_rows(q, k, v, o, lse, key_mask, g_o, g_lse, q_start=start, **kw)
         return (g_q,), (g_k, g_v)
 
-    (g_q,), (g_k, g_v) = _per_query_block(rows, (q, o, lse, g_o, g_lse), block_q)
+    (g_q,), (g_k, g_v) = _per_query_block(rows, (q, o, lse, g_o, g_lse), block_q, (k, v))
     return g_q.astype(q.dtype), g_k.astype(k.dtype), g_v.astype(v.dtype)
 
 

@@ -134,10 +134,6 @@ vjp_p.def_abstract_eval(_vjp_abstract)
 # --- Derivative rules ---------------------------------------------------------------------------
 
 
-def _dense(tangent: Any, primal: jax.Array) -> jax.Array:
-    return ad.instantiate_zeros(tangent) if type(tangent) is ad.Zero else tangent
-
-
 def _all_zero(tangents: Sequence[Any]) -> bool:
     return all(type(t) is ad.Zero for t in tangents)
 
@@ -154,7 +150,7 @@ def _add(a: Sequence[jax.Array] | None, b: Sequence[jax.Array] | None) -> list[j
 def _forward_jvp(primals: Sequence[jax.Array], tangents: Sequence[Any], *, config: Config):  # type: ignore[no-untyped-def]
     q, k, v, mask = primals
     o, lse = bind_per_device(forward_p, q, k, v, mask, config=config)
-    dq, dk, dv = (_dense(t, p) for t, p in zip(tangents[:3], primals[:3], strict=True))
+    dq, dk, dv = (ad.instantiate_zeros(t) for t in tangents[:3])
     do, dlse = bind_per_device(tangent_p, q, k, v, o, lse, mask, dq, dk, dv, config=config)
     return (o, lse), (do, dlse)
 
@@ -170,13 +166,13 @@ def _linear_pass_jvp(prim: Primitive, name: str, n_linear: int) -> Callable[...,
         out = bind_per_device(prim, *primal_in, mask, *linear, config=config)
         along_linear = None
         if not _all_zero(linear_dot):
-            dense = [_dense(t, p) for t, p in zip(linear_dot, linear, strict=True)]
+            dense = [ad.instantiate_zeros(t) for t in linear_dot]
             along_linear = bind_per_device(prim, *primal_in, mask, *dense, config=config)
         along_primal = None
         if not _all_zero(primal_dot):
             fn = blockwise.PASSES[name]
             kwargs = config.blockwise_kwargs()
-            primal_dense = tuple(_dense(t, p) for t, p in zip(primal_dot, primal_in, strict=True))
+            primal_dense = tuple(ad.instantiate_zeros(t) for t in primal_dot)
             _, along_primal = jax.jvp(
                 lambda *p: fn(*p, mask, *linear, **kwargs), tuple(primal_in), primal_dense
             )
