@@ -19,6 +19,9 @@ Variants of the penalty inside a critic step (``fastgp.penalty.gradient_penalty`
     fastgp-remat    remat="nothing"
     fastgp-dots     remat="dots"
     naive-remat     the naive penalty with the critic under jax.checkpoint(nothing_saveable)
+    exact-r1        fastgp's default R1 at the reals, whatever the spec's kind
+    approximate-r1  fastgp.approximate_r1 at the reals, sigma APPROXIMATE_SIGMA, the weight that
+                    matches exact-r1's (weight / sigma**2)
 """
 
 import functools
@@ -32,7 +35,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from fastgp import _reference as reference
-from fastgp import penalty
+from fastgp import approximate_r1, penalty
 from fastgp.train.models import Model, mlp
 
 GP_WEIGHT = 10.0
@@ -46,7 +49,10 @@ VARIANTS = (
     "fastgp-remat",
     "fastgp-dots",
     "naive-remat",
+    "exact-r1",
+    "approximate-r1",
 )
+APPROXIMATE_SIGMA = 0.01
 OPTIONS = {
     "fastgp": {},
     "fastgp-xla": dict(backend="xla"),
@@ -221,6 +227,15 @@ def critic_loss(
     loss = mean(critic(fake)) - mean(critic(real))
     if variant == "plain" or not apply_gp:
         return loss
+    if variant == "exact-r1":
+        return loss + penalty.gradient_penalty(
+            critic, real, kind="r1", weight=weight, axis_name=axis_name
+        )
+    if variant == "approximate-r1":
+        sigma = APPROXIMATE_SIGMA
+        return loss + approximate_r1(
+            critic, real, key, sigma=sigma, weight=weight / sigma**2, axis_name=axis_name
+        )
     r1 = spec.kind == "r1"
     x_hat = real if r1 else penalty.interpolate(key, real, fake, axis_name=axis_name)
     return loss + _penalty(variant, critic, x_hat, weight, axis_name, spec.kind)
