@@ -13,6 +13,7 @@ This module imports jax, numpy and fastgp's library modules only: importing it p
 pytest nor ``fastgp.train``.
 """
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -45,25 +46,26 @@ class PenaltyErrors(NamedTuple):
 # --- Checking a penalty against the naive one ---------------------------------------------------
 
 
-def _default_penalty_fn(
-    *,
-    kind: Kind = "wgan-gp",
-    target: float = 1.0,
-    weight: float = DEFAULT_WEIGHT,
-    backend: Backend = "auto",
-    second_order: SecondOrder = "reverse-over-forward",
-    remat: Remat = None,
-) -> PenaltyFn:
-    """``fastgp.gradient_penalty`` with these options, as ``penalty_fn(critic, x) -> scalar``."""
-    return functools.partial(
-        gradient_penalty,
-        kind=kind,
-        target=target,
-        weight=weight,
-        backend=backend,
-        second_order=second_order,
-        remat=remat,
-    )
+@dataclasses.dataclass(frozen=True)
+class _PenaltyOptions:
+    """The penalty's options: ``kind``, ``target``, ``weight`` for both sides, the rest fastgp's."""
+
+    kind: Kind = "wgan-gp"
+    target: float = 1.0
+    weight: float = DEFAULT_WEIGHT
+    backend: Backend = "auto"
+    second_order: SecondOrder = "reverse-over-forward"
+    remat: Remat = None
+
+    def naive(self) -> PenaltyFn:
+        """The naive penalty with these options, as ``penalty_fn(critic, x) -> scalar``."""
+        return functools.partial(
+            naive_gradient_penalty, kind=self.kind, target=self.target, weight=self.weight
+        )
+
+    def fastgp(self) -> PenaltyFn:
+        """``fastgp.gradient_penalty`` with these options, as ``penalty_fn(critic, x)``."""
+        return functools.partial(gradient_penalty, **vars(self))
 
 
 def _random_tangent(params: PyTree, seed: int) -> PyTree:
@@ -229,19 +231,11 @@ def assert_penalty_matches_naive(
     """
     if orders not in (0, 1, 2):
         raise ValueError(f"orders must be 0, 1 or 2 (the highest order compared), got {orders!r}")
-    if penalty_fn is None:
-        penalty_fn = _default_penalty_fn(
-            kind=kind,
-            target=target,
-            weight=weight,
-            backend=backend,
-            second_order=second_order,
-            remat=remat,
-        )
-    naive_fn = functools.partial(naive_gradient_penalty, kind=kind, target=target, weight=weight)
+    options = _PenaltyOptions(kind, target, weight, backend, second_order, remat)
+    penalty_fn = options.fastgp() if penalty_fn is None else penalty_fn
     tangent = _random_tangent(params, seed)
     ours = _evaluate(_derivatives(penalty_fn, apply, orders), params, x, tangent)
-    ref = _evaluate(_derivatives(naive_fn, apply, orders), params, x, tangent)
+    ref = _evaluate(_derivatives(options.naive(), apply, orders), params, x, tangent)
     names = _leaf_names(params, "params")
     errors = []
     for order in range(orders + 1):
@@ -294,30 +288,13 @@ def assert_kernels_match_naive(
 
 
 def _penalty_steps(
-    make_step: MakeStep,
-    args: Sequence[Any],
-    *,
-    kind: Kind = "wgan-gp",
-    target: float = 1.0,
-    weight: float = DEFAULT_WEIGHT,
-    backend: Backend = "auto",
-    second_order: SecondOrder = "reverse-over-forward",
-    remat: Remat = None,
+    make_step: MakeStep, args: Sequence[Any], options: _PenaltyOptions
 ) -> dict[str, Callable[[], Any]]:
     """{"naive": call, "fastgp": call}: zero-argument calls of each step that block on its result.
 
     ``make_step(penalty_fn)`` builds the user's (jitted) step ``step(*args)`` around a
     ``penalty_fn(critic, x) -> scalar``."""
-    naive_fn = functools.partial(naive_gradient_penalty, kind=kind, target=target, weight=weight)
-    ours_fn = _default_penalty_fn(
-        kind=kind,
-        target=target,
-        weight=weight,
-        backend=backend,
-        second_order=second_order,
-        remat=remat,
-    )
-    steps = {"naive": make_step(naive_fn), "fastgp": make_step(ours_fn)}
+    steps = {"naive": make_step(options.naive()), "fastgp": make_step(options.fastgp())}
 
     def blocking_call(step: Callable[..., Any]) -> Callable[[], Any]:
         return lambda: jax.block_until_ready(step(*args))
@@ -364,7 +341,7 @@ def compare_penalty_steps(
       "paired_ratio": the median of per-round fastgp / naive ratios; "rounds"; "samples_s":
       {"naive", "fastgp": per-round seconds}}. Nothing is asserted about the times.
     """
-    calls = _penalty_steps(make_step, args, **options)
+    calls = _penalty_steps(make_step, args, _PenaltyOptions(**options))
     return _timing_summary(interleaved_times(calls, rounds=rounds, warmup=warmup))
 
 
@@ -383,7 +360,7 @@ def benchmark_penalty_steps(
     fixture's own statistics are then those of the fastgp step, timed by ``benchmark.pedantic``
     for ``rounds`` rounds. Returns the figures. Nothing is asserted about the times.
     """
-    calls = _penalty_steps(make_step, args, **options)
+    calls = _penalty_steps(make_step, args, _PenaltyOptions(**options))
     figures = _timing_summary(interleaved_times(calls, rounds=rounds, warmup=warmup))
     benchmark.extra_info.update(figures)
     benchmark.pedantic(calls["fastgp"], rounds=rounds, iterations=1, warmup_rounds=1)
