@@ -14,6 +14,7 @@ those of the penalty. Forward-mode autodiff of the penalty itself is not availab
 has no JVP rule); :func:`mean_penalty_and_norms` says so by name.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -49,7 +50,8 @@ def mean_penalty_and_norms(
     # modules, dataclasses holding arrays) are not hashable.
     converted, consts = jax.closure_convert(lambda y: validation.call_critic(critic, y), x)
     try:
-        return _mean_penalty(converted, kind, target, backend, axis_name, x, tuple(consts))
+        penalty = _Penalty(converted, kind, target, backend, axis_name)
+        return _mean_penalty(penalty, x, tuple(consts))
     except TypeError as err:
         if "forward-mode" not in str(err):
             raise
@@ -71,45 +73,34 @@ def _input_gradients(converted: Converted, x: PyTree, consts: Consts) -> PyTree:
     return grads
 
 
-def _forward(
-    converted: Converted,
-    kind: Kind,
-    target: float,
-    backend: Backend,
-    axis_name: AxisName,
-    x: PyTree,
-    consts: Consts,
-) -> tuple[jax.Array, jax.Array, PyTree]:
-    grads = _input_gradients(converted, x, consts)
-    leaves, _ = validation.leaves_of(grads, "grads")
-    norms, penalties = norms_and_penalties(leaves, kind, target, backend)
-    return global_mean(penalties, axis_name), norms, grads
+@dataclasses.dataclass(frozen=True)
+class _Penalty:
+    """The penalty's static part: the closure-converted critic and the penalty's options."""
+
+    converted: Converted
+    kind: Kind
+    target: float
+    backend: Backend
+    axis_name: AxisName
+
+    def forward(self, x: PyTree, consts: Consts) -> tuple[jax.Array, jax.Array, PyTree]:
+        """(mean penalty over the global batch, (B_local,) norms, input-gradients) at x."""
+        grads = _input_gradients(self.converted, x, consts)
+        leaves, _ = validation.leaves_of(grads, "grads")
+        norms, penalties = norms_and_penalties(leaves, self.kind, self.target, self.backend)
+        return global_mean(penalties, self.axis_name), norms, grads
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
-def _mean_penalty(
-    converted: Converted,
-    kind: Kind,
-    target: float,
-    backend: Backend,
-    axis_name: AxisName,
-    x: PyTree,
-    consts: Consts,
-) -> tuple[jax.Array, jax.Array]:
-    mean, norms, _ = _forward(converted, kind, target, backend, axis_name, x, consts)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _mean_penalty(penalty: _Penalty, x: PyTree, consts: Consts) -> tuple[jax.Array, jax.Array]:
+    mean, norms, _ = penalty.forward(x, consts)
     return mean, norms
 
 
 def _mean_penalty_fwd(
-    converted: Converted,
-    kind: Kind,
-    target: float,
-    backend: Backend,
-    axis_name: AxisName,
-    x: PyTree,
-    consts: Consts,
+    penalty: _Penalty, x: PyTree, consts: Consts
 ) -> tuple[tuple[jax.Array, jax.Array], Residuals]:
-    mean, norms, grads = _forward(converted, kind, target, backend, axis_name, x, consts)
+    mean, norms, grads = penalty.forward(x, consts)
     return (mean, norms), (x, consts, grads, norms)
 
 
@@ -135,18 +126,12 @@ def _zero_cotangent(value: Any) -> jax.Array:
 
 
 def _mean_penalty_bwd(
-    converted: Converted,
-    kind: Kind,
-    target: float,
-    backend: Backend,
-    axis_name: AxisName,
-    residuals: Residuals,
-    cotangents: tuple[jax.Array, jax.Array],
+    penalty: _Penalty, residuals: Residuals, cotangents: tuple[jax.Array, jax.Array]
 ) -> tuple[PyTree, Consts]:
     x, consts, grads, norms = residuals
     ct_mean, ct_norms = cotangents
-    ct_penalty = ct_mean / global_count(norms.shape[0], axis_name).astype(norms.dtype)
-    v = _scale_like(row_scale(norms, ct_norms, ct_penalty, kind, target), grads)
+    ct_penalty = ct_mean / global_count(norms.shape[0], penalty.axis_name).astype(norms.dtype)
+    v = _scale_like(row_scale(norms, ct_norms, ct_penalty, penalty.kind, penalty.target), grads)
 
     where = tuple(_differentiable(c) for c in consts)
     live = tuple(c for c, d in zip(consts, where, strict=True) if d)
@@ -154,7 +139,7 @@ def _mean_penalty_bwd(
     def directional(x: PyTree, live: Consts) -> jax.Array:
         it = iter(live)
         full = tuple(next(it) if d else c for c, d in zip(consts, where, strict=True))
-        _, tangent = jax.jvp(lambda y: converted(y, *full), (x,), (v,))
+        _, tangent = jax.jvp(lambda y: penalty.converted(y, *full), (x,), (v,))
         return jnp.sum(tangent, dtype=jnp.promote_types(tangent.dtype, jnp.float32))
 
     with naming_first_order_only_ops("reverse-over-forward"):
