@@ -2,7 +2,7 @@
 
     python benchmarks/approximate_r1_tpu.py [--generation v5e] [--critics dcgan32 lnconv32 vit32]
         [--capacity dcgan32 lnconv32] [--resolution 0.05]
-    -> benchmarks/results/approximate_r1_tpu.{json,md}
+    -> benchmarks/results/approximate_r1_tpu.{json,md}, approximate_r1_tpu_capacity.json
 
 Per ``zoo.ZOO_TPU`` critic (bfloat16, the zoo's per-chip batch): the critic step (critic loss +
 penalty at the reals, value_and_grad wrt params, Adam) with ``workloads``' variants ``plain``,
@@ -14,6 +14,7 @@ kept in the json as they come and reused on the next run (delete it to measure a
 """
 
 import argparse
+import json
 import os
 import pathlib
 import sys
@@ -27,6 +28,7 @@ from tables import markdown_table
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 COMPILES = RESULTS / "approximate_r1_tpu.json"
+CAPACITY = RESULTS / "approximate_r1_tpu_capacity.json"  # {critic: {variant: fits, ...}}
 VARIANTS = ("plain", "exact-r1", "approximate-r1")
 
 
@@ -100,6 +102,11 @@ def main(argv=None) -> int:
             lo, hi, _ = search(cache, args.generation, spec, variant, args.resolution)
             capacity[(name, variant)] = (lo, hi)
             print(f"{name} {variant}: fits {lo}, fails {hi}", flush=True)
+    found = {}
+    for (name, variant), (lo, hi) in capacity.items():
+        found.setdefault(name, {"generation": args.generation, "resolution": args.resolution})
+        found[name].update({variant: lo, f"{variant} fails": hi})
+    CAPACITY.write_text(json.dumps(found, indent=1) + "\n")
     page = render(cache, args.generation, args.critics, capacity, args.resolution)
     COMPILES.with_suffix(".md").write_text(page)
     return 0

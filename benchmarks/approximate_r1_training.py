@@ -2,6 +2,7 @@
 
     JAX_PLATFORMS=cpu python benchmarks/approximate_r1_training.py [--seeds 0 1 2]
         [--datasets 8gaussians digits] [--sigmas 0.01 0.1] [--digits-steps 3000]
+        [--append]
     -> benchmarks/results/approximate_r1_training.{json,md}
 
 Each run is one ``fastgp train`` command in a fresh --out, the dataset's recipe otherwise:
@@ -88,9 +89,8 @@ def quality_text(row: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    command = " ".join(
-        ["JAX_PLATFORMS=cpu python benchmarks/approximate_r1_training.py", *result["argv"]]
-    )
+    script = "JAX_PLATFORMS=cpu python benchmarks/approximate_r1_training.py"
+    command = "`, then `".join(" ".join([script, *argv]) for argv in result["invocations"])
     lines = [
         "# Training with exact R1 against approximate_r1 (weight by the lambda sigma^2 rule)",
         "",
@@ -137,17 +137,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sigmas", nargs="+", type=float, default=[0.01, 0.1])
     parser.add_argument("--digits-steps", type=int, default=3000)
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "approximate_r1_training")
+    parser.add_argument(
+        "--append", action="store_true", help="add the runs to those already in --out's json"
+    )
     args = parser.parse_args(argv)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
     ).stdout.strip()
     result = {
         "argv": sys.argv[1:] if argv is None else list(argv),
+        "invocations": [sys.argv[1:] if argv is None else list(argv)],
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
         f"{platform.python_version()}",
         "commit": commit,
         "runs": [],
     }
+    if args.append:
+        earlier = json.loads(args.out.with_suffix(".json").read_text())
+        result["invocations"] = [*earlier.get("invocations", [earlier["argv"]]), result["argv"]]
+        result["runs"] = earlier["runs"]
     for dataset in args.datasets:
         steps = args.digits_steps if dataset == "digits" else None
         for seed in args.seeds:
