@@ -6,6 +6,8 @@ recomputed from them in plain jnp; the estimate is compared with the exact R1 of
 ``fastgp.gradient_penalty(kind="r1")``; the sharded value with the single-device one.
 """
 
+from typing import Any, cast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -330,7 +332,7 @@ def test_bad_arguments_are_named():
     key, x = jax.random.key(0), jnp.ones((4, 3))
     critic = lambda y: jnp.sum(y, axis=1)
     with pytest.raises(TypeError, match="sigma must be a real scalar"):
-        approximate_r1(critic, x, key, sigma="0.1", weight=1.0)
+        approximate_r1(critic, x, key, sigma=cast(Any, "0.1"), weight=1.0)
     with pytest.raises(ValueError, match="weight must be finite"):
         approximate_r1(critic, x, key, sigma=0.1, weight=float("nan"))
     with pytest.raises(ValueError, match=r"scores of shape \(4,\) or \(4, 1\)"):
@@ -342,9 +344,9 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="floating"):
         approximate_r1(critic, jnp.ones((4, 3), jnp.int32), key, sigma=0.1, weight=1.0)
     with pytest.raises(TypeError, match="axis_name"):
-        approximate_r1(critic, x, key, sigma=0.1, weight=1.0, axis_name=3)
+        approximate_r1(critic, x, key, sigma=0.1, weight=1.0, axis_name=cast(Any, 3))
     with pytest.raises(TypeError, match="weight"):
-        approximate_r1(critic, x, key, sigma=0.1)  # no default weight
+        cast(Any, approximate_r1)(critic, x, key, sigma=0.1)  # no default weight
 
 
 def test_traced_sigma_and_weight_are_allowed():

@@ -7,6 +7,9 @@ products (forward-over-reverse, reverse-over-reverse: the VJP of the VJP), rever
 one and several heads, head dims 32/64/128, causal and key-padding masks, and vmap.
 """
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -133,7 +136,7 @@ def test_vmap_matches_the_batch(backend):
     unmasked, unmasked_naive = pair(None, False, backend)
     one_each = jax.vmap(lambda q, k, v: unmasked(q[None], k[None], v[None])[0])
     assert rel_err(one_each(*args), unmasked_naive(*args)) < RTOL
-    per_sample_mask = jax.vmap(
+    per_sample_mask: Callable[..., jax.Array] = jax.vmap(
         lambda q, k, v, m: fastgp.attention(
             q[None], k[None], v[None], mask=m[None], backend=backend
         )[0]
@@ -172,7 +175,7 @@ def test_blockwise_memory_is_linear_in_the_sequence():
         w = jnp.ones((16, 3 * h * d)) * 0.01
         x = jax.ShapeDtypeStruct((2, t, 16), jnp.float32)
         step = jax.jit(jax.grad(lambda w, x: fastgp.gradient_penalty(lambda y: critic(w, y), x)))
-        return step.lower(w, x).compile().memory_analysis().temp_size_in_bytes
+        return cast(Any, step.lower(w, x).compile().memory_analysis()).temp_size_in_bytes
 
     ours = lambda q, k, v: fastgp.attention(q, k, v, backend="xla")
     ratio_ours = temp_bytes(ours, 4096) / temp_bytes(ours, 2048)
@@ -206,7 +209,7 @@ def test_blockwise_passes_are_each_others_transposes():
     ks = jax.random.split(jax.random.PRNGKey(3), 8)
     q, k, v = (jax.random.normal(ks[i], (1, 2, 16 if i == 0 else 24, 8)) for i in range(3))
     mask = jnp.arange(24)[None] < 20
-    kw = dict(scale=0.4, causal=True, block_q=8, block_k=8)
+    kw: dict[str, Any] = dict(scale=0.4, causal=True, block_q=8, block_k=8)
     o, lse = blockwise.forward(q, k, v, mask, **kw)
     dots = [jax.random.normal(ks[3 + i], x.shape) for i, x in enumerate((q, k, v))]
     g_o, g_lse = jax.random.normal(ks[6], o.shape), jax.random.normal(ks[7], lse.shape)
