@@ -32,36 +32,21 @@ class Recipe(NamedTuple):
     width: int
 
 
-TOY = Recipe(
-    dict(
-        batch_size=256,
-        n_critic=5,
-        gp_weight=1.0,
-        lr_g=2e-3,
-        lr_d=2e-3,
-        betas=(0.5, 0.9),
-        latent_dim=2,
-        decay_fraction=0.5,
-    ),
-    steps=6000,
-    width=128,
+def _recipe(*, steps: int, width: int, lr: float, **fields: Any) -> Recipe:
+    """A recipe of ``TrainConfig`` ``fields`` with one Adam learning rate ``lr`` for both networks,
+    betas (0.5, 0.9), decaying over the final half of the run."""
+    shared = {"lr_g": lr, "lr_d": lr, "betas": (0.5, 0.9), "decay_fraction": 0.5}
+    return Recipe({**fields, **shared}, steps, width)
+
+
+TOY = _recipe(
+    steps=6000, width=128, lr=2e-3, batch_size=256, n_critic=5, gp_weight=1.0, latent_dim=2
 )
 GRID = Recipe(
     {**TOY.fields, "n_critic": 3, "gp_every": 4, "decay_fraction": 0.6}, steps=10000, width=96
 )
-DIGITS = Recipe(
-    dict(
-        batch_size=64,
-        n_critic=3,
-        gp_weight=10.0,
-        lr_g=1e-3,
-        lr_d=1e-3,
-        betas=(0.5, 0.9),
-        latent_dim=32,
-        decay_fraction=0.5,
-    ),
-    steps=9000,
-    width=32,
+DIGITS = _recipe(
+    steps=9000, width=32, lr=1e-3, batch_size=64, n_critic=3, gp_weight=10.0, latent_dim=32
 )
 RECIPES = {"8gaussians": TOY, "25gaussians": GRID, "swissroll": TOY, "digits": DIGITS}
 
