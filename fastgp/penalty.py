@@ -11,8 +11,9 @@ results are float32 (float64). Inside ``shard_map`` pass ``axis_name`` (the data
 over the global batch; forgetting it on sharded data is an error. See the README for the maths.
 """
 
+import inspect
 from collections.abc import Callable
-from typing import get_args
+from typing import ParamSpec, get_args
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +25,7 @@ from fastgp._second_order import mean_penalty_and_norms
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree, Remat, SecondOrder
 from fastgp.distributed import global_batch_slice, global_mean, require_axis_name, shard_count
 
+P = ParamSpec("P")
 DEFAULT_WEIGHT = 10.0  # lambda of Gulrajani et al. (2017), used by every function here
 SECOND_ORDER: tuple[SecondOrder, ...] = get_args(SecondOrder)
 # None and every RematPolicy (tests/test_penalty.py holds the keys to the type).
@@ -32,6 +34,25 @@ REMAT_POLICIES: dict[Remat, Callable[..., bool] | None] = {
     "nothing": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
+
+
+def _penalty_alone(
+    with_norms: Callable[P, tuple[jax.Array, jax.Array]], name: str, doc: str
+) -> Callable[P, jax.Array]:
+    """The function ``name`` that returns the penalty of ``with_norms(...) -> (penalty, norms)``.
+
+    It takes ``with_norms``'s parameters, as its signature says, and has the docstring ``doc``.
+    """
+
+    def penalty(*args: P.args, **kwargs: P.kwargs) -> jax.Array:
+        value, _ = with_norms(*args, **kwargs)
+        return value
+
+    penalty.__name__ = penalty.__qualname__ = name
+    penalty.__doc__ = doc
+    signature = inspect.signature(with_norms).replace(return_annotation=jax.Array)
+    penalty.__signature__ = signature  # type: ignore[attr-defined]
+    return penalty
 
 
 def per_sample_penalties(
@@ -69,23 +90,14 @@ def penalty_and_norms_from_grads(
     return weight * global_mean(penalties, axis_name), norms
 
 
-def penalty_from_grads(
-    grads: PyTree,
-    *,
-    kind: Kind = "wgan-gp",
-    target: float = 1.0,
-    weight: float | jax.Array = DEFAULT_WEIGHT,
-    backend: Backend = "auto",
-    axis_name: AxisName = None,
-) -> jax.Array:
+penalty_from_grads = _penalty_alone(
+    penalty_and_norms_from_grads,
+    "penalty_from_grads",
     """``weight * mean_b p(n_b)`` over the global batch, for input-gradients already computed.
 
     Differentiable in ``grads`` to any order (the kernels' nested custom VJPs).
-    """
-    penalty, _ = penalty_and_norms_from_grads(
-        grads, kind=kind, target=target, weight=weight, backend=backend, axis_name=axis_name
-    )
-    return penalty
+    """,
+)
 
 
 def input_gradients(critic: Critic, x: PyTree) -> tuple[jax.Array, PyTree]:
@@ -140,18 +152,9 @@ def gradient_penalty_and_norms(
     return weight * mean, norms
 
 
-def gradient_penalty(
-    critic: Critic,
-    x: PyTree,
-    *,
-    kind: Kind = "wgan-gp",
-    target: float = 1.0,
-    weight: float | jax.Array = DEFAULT_WEIGHT,
-    backend: Backend = "auto",
-    axis_name: AxisName = None,
-    second_order: SecondOrder = "reverse-over-forward",
-    remat: Remat = None,
-) -> jax.Array:
+gradient_penalty = _penalty_alone(
+    gradient_penalty_and_norms,
+    "gradient_penalty",
     """Gradient penalty ``weight * mean_b p(||∂D(x)_b / ∂x_b||)`` of ``critic`` at points ``x``.
 
     Args:
@@ -172,19 +175,8 @@ def gradient_penalty(
 
     Returns:
       scalar float32 (float64 for float64 input).
-    """
-    penalty, _ = gradient_penalty_and_norms(
-        critic,
-        x,
-        kind=kind,
-        target=target,
-        weight=weight,
-        backend=backend,
-        axis_name=axis_name,
-        second_order=second_order,
-        remat=remat,
-    )
-    return penalty
+    """,
+)
 
 
 def interpolate(
