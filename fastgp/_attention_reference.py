@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 
-def naive_attention_with_lse(
+def naive_attention(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
@@ -17,8 +17,8 @@ def naive_attention_with_lse(
     scale: float | None = None,
     key_mask: jax.Array | None = None,
     is_causal: bool = False,
-) -> tuple[jax.Array, jax.Array]:
-    """(o (B, Tq, H, Dv) in q's dtype, lse (B, H, Tq) float32), computed in float32."""
+) -> jax.Array:
+    """(B, Tq, H, Dv) softmax(scale q kᵀ) v in q's dtype (see the module docstring)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     s = scale * jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32))
     valid = jnp.ones(s.shape, bool)
@@ -31,25 +31,9 @@ def naive_attention_with_lse(
     m = jnp.where(seen, m, 0.0)
     e = jnp.where(valid, jnp.exp(jnp.where(valid, s - m[..., None], 0.0)), 0.0)
     total = jnp.sum(e, axis=-1)
-    safe = jnp.where(seen, total, 1.0)
-    p = e / safe[..., None]
+    p = e / jnp.where(seen, total, 1.0)[..., None]
     o = jnp.einsum("bhqk,bkhd->bqhd", p, v.astype(jnp.float32))
-    lse = jnp.where(seen, m + jnp.log(safe), 0.0)
-    return o.astype(q.dtype), lse
+    return o.astype(q.dtype)
 
 
-def naive_attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    *,
-    scale: float | None = None,
-    key_mask: jax.Array | None = None,
-    is_causal: bool = False,
-) -> jax.Array:
-    """(B, Tq, H, Dv) softmax(scale q kᵀ) v in q's dtype (see the module docstring)."""
-    o, _ = naive_attention_with_lse(q, k, v, scale=scale, key_mask=key_mask, is_causal=is_causal)
-    return o
-
-
-__all__ = ["naive_attention", "naive_attention_with_lse"]
+__all__ = ["naive_attention"]
