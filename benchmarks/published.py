@@ -14,6 +14,7 @@ longer give fails the suite. Sources, per block (:data:`SOURCES`):
     train_time.json                             the toy runs' times and quality (train_time.md)
     trainer_runs.json                           the digits runs, and the published toy figures
     attention_tpu.json                          the long-sequence ViT critics (attention_tpu.md)
+    approximate_r1*.json                        approximate_r1 against exact R1 (its own tables)
 """
 
 import argparse
@@ -27,6 +28,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
 
+import approximate_r1_tables  # noqa: E402
 import zoo_report  # noqa: E402
 from tables import markdown_table  # noqa: E402
 
@@ -507,6 +509,10 @@ def attention_tpu(results):
 
 
 BLOCKS = {
+    "approximate-r1-ratios": approximate_r1_tables.ratios,
+    "approximate-r1-gradients": approximate_r1_tables.gradients,
+    "approximate-r1-cost": approximate_r1_tables.cost,
+    "approximate-r1-training": approximate_r1_tables.training,
     "attention-tpu": attention_tpu,
     "zoo-headline": zoo_headline,
     "zoo-summary": zoo_summary,
@@ -521,6 +527,14 @@ BLOCKS = {
     "digits-runs": digits_runs,
 }
 SOURCES = {
+    "approximate-r1-ratios": ("approximate_r1.json",),
+    "approximate-r1-gradients": ("approximate_r1_gradients.json",),
+    "approximate-r1-cost": (
+        "approximate_r1.json",
+        "approximate_r1_tpu.json",
+        "approximate_r1_tpu_capacity.json",
+    ),
+    "approximate-r1-training": ("approximate_r1_training.json",),
     "attention-tpu": ("attention_tpu.json",),
     "zoo-headline": ("bench.json", "zoo_tpu.json"),
     "zoo-summary": ("bench.json", "zoo_tpu.json", "zoo_capacity.json"),
