@@ -22,6 +22,8 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from fastgp._backends import BACKENDS
 from fastgp.kernels import KINDS
@@ -49,6 +51,20 @@ CHECK_OPTIONS = {
     if p.kind is p.KEYWORD_ONLY
 }
 
+# train's flags of how often it logs, checkpoints and evaluates and where it stops: positive
+# integers, default None (RunOptions' default, or on --resume the run's).
+RUN_FLAGS = {
+    "--log-every": "generator steps per metrics.jsonl line (default 100; on --resume the run's)",
+    "--checkpoint-every": "generator steps between checkpoints (default 1000; on --resume the "
+    "run's)",
+    "--eval-every": "generator steps between quality evaluations: modes of 2-D mixtures, C2ST "
+    "and class coverage of digits (default 500; on --resume the run's)",
+    "--eval-samples": "generator samples per evaluation (default 2500; digits use at least the "
+    "metric's 8 sets of 898; on --resume the run's)",
+    "--stop-at": "end this invocation after this many generator steps (checkpointed; continue "
+    "with --resume)",
+}
+
 TRAIN_HELP = """\
 Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
 summary.json and orbax checkpoints to --out. Defaults are the dataset's recipe
@@ -62,7 +78,7 @@ signal number); a second one stops at once. One run at a time may use an --out."
 # --- argument types: each error names the value; argparse adds the flag ------------------------
 
 
-def _positive_int(text):
+def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -76,14 +92,14 @@ def _positive_int(text):
     return value
 
 
-def _int(text):
+def _int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
 
 
-def _seed(text):
+def _seed(text: str) -> int:
     value = _int(text)
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(
@@ -92,8 +108,10 @@ def _seed(text):
     return value
 
 
-def _number(low, high=math.inf, *, open_low=False):
-    def parse(text):
+def _number(
+    low: float, high: float = math.inf, *, open_low: bool = False
+) -> Callable[[str], float]:
+    def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
@@ -112,7 +130,7 @@ def _number(low, high=math.inf, *, open_low=False):
     return parse
 
 
-def _port(text):
+def _port(text: str) -> int:
     value = _int(text)
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {value}")
@@ -122,7 +140,7 @@ def _port(text):
 # --- parsers -------------------------------------------------------------------------------------
 
 
-def _add_parallel_flags(p, devices=None):
+def _add_parallel_flags(p: argparse.ArgumentParser, devices: int | None = None) -> None:
     p.add_argument(
         "--devices",
         type=_positive_int,
@@ -147,14 +165,14 @@ def _add_parallel_flags(p, devices=None):
     p.add_argument("--coordinator", default=None, help=argparse.SUPPRESS)
 
 
-def _show(value) -> str:
+def _show(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _by_recipe(field: str) -> str:
     """Each recipe's value of a ``TrainConfig`` field, for a help text: "5 for 8gaussians and
     swissroll; 3 for 25gaussians and digits", or the one value they share."""
-    groups: dict = {}
+    groups: dict[Any, list[str]] = {}
     for dataset in DATASETS:
         groups.setdefault(getattr(default_config(dataset), field), []).append(dataset)
     if len(groups) == 1:
@@ -166,85 +184,70 @@ def _by_recipe(field: str) -> str:
     )
 
 
-def _add_training_flags(p, *, defaults, backend_help):
+def _recipe_flag(
+    p: argparse.ArgumentParser,
+    defaults: Mapping[str, Any],
+    flag: str,
+    text: str,
+    field: str | None = None,
+    **kwargs: Any,
+) -> None:
+    """Add ``flag`` with its default in ``defaults`` (by dest), else None: the recipe's value.
+    Its help is ``text`` and the default: the fixed one, or each recipe's value of the
+    ``TrainConfig`` ``field`` (default: the flag's dest)."""
+    dest = flag.removeprefix("--").replace("-", "_")
+    if dest in defaults:
+        shown = " (default %(default)s)"
+    else:
+        shown = f" (default: {_by_recipe(field or dest)})"
+    p.add_argument(flag, default=defaults.get(dest), help=text + shown, **kwargs)
+
+
+def _add_training_flags(
+    p: argparse.ArgumentParser, *, defaults: Mapping[str, Any], backend_help: str
+) -> None:
     """Flags shared by train and check. ``defaults`` maps dest -> default (check: fixed ones);
     a flag without one defaults to None, the recipe's value, which its help gives."""
+    tunable = "second_order" not in defaults  # fastgp train; fastgp check fixes one
 
-    def default(dest, field=None):
-        if dest in defaults:
-            return " (default %(default)s)"
-        return f" (default: {_by_recipe(field or dest)})"
+    def flag(name: str, text: str, field: str | None = None, **kwargs: Any) -> None:
+        _recipe_flag(p, defaults, name, text, field, **kwargs)
 
-    p.add_argument(
-        "--steps",
-        type=_positive_int,
-        default=defaults.get("steps"),
-        help="generator iterations" + default("steps", "total_steps"),
-    )
-    p.add_argument(
-        "--batch-size",
-        type=_positive_int,
-        default=defaults.get("batch_size"),
-        help="GLOBAL batch, divisible by processes x devices" + default("batch_size"),
-    )
-    p.add_argument(
-        "--n-critic",
-        type=_positive_int,
-        default=defaults.get("n_critic"),
-        help="critic steps per generator step" + default("n_critic"),
-    )
+    flag("--steps", "generator iterations", "total_steps", type=_positive_int)
+    flag("--batch-size", "GLOBAL batch, divisible by processes x devices", type=_positive_int)
+    flag("--n-critic", "critic steps per generator step", type=_positive_int)
     p.add_argument(
         "--backend",
         choices=BACKENDS,
         default=defaults.get("backend"),
         help=backend_help,
     )
-    p.add_argument(
-        "--precision",
-        choices=tuple(PRECISIONS),
-        default=defaults.get("precision"),
-        help="compute dtype of both networks" + default("precision"),
-    )
-    p.add_argument(
+    flag("--precision", "compute dtype of both networks", choices=tuple(PRECISIONS))
+    flag(
         "--gp-kind",
-        choices=TRAIN_KINDS if "second_order" not in defaults else KINDS,  # check: exact only
-        default=defaults.get("gp_kind"),
-        help="penalty: two-sided WGAN-GP, one-sided LP, R1, or (train only) approximate-r1, "
+        "penalty: two-sided WGAN-GP, one-sided LP, R1, or (train only) approximate-r1, "
         "the finite-difference R1 of fastgp.approximate_r1 with noise --gp-sigma (first-order "
-        "autodiff only; R1 with weight about gp_weight x sigma^2)" + default("gp_kind"),
+        "autodiff only; R1 with weight about gp_weight x sigma^2)",
+        choices=TRAIN_KINDS if tunable else KINDS,  # check: exact only
     )
-    p.add_argument(
+    flag(
         "--gp-every",
+        "apply the penalty on every k-th critic step, weight x k",
         type=_positive_int,
-        default=defaults.get("gp_every"),
-        help="apply the penalty on every k-th critic step, weight x k" + default("gp_every"),
     )
-    p.add_argument(
-        "--lr",
-        type=_number(0, open_low=True),
-        default=defaults.get("lr"),
-        help="Adam learning rate of both networks" + default("lr", "lr_d"),
-    )
-    p.add_argument(
-        "--seed",
-        type=_seed,
-        default=defaults.get("seed"),
-        help=f"random seed, 0..{SEED_MAX}" + default("seed"),
-    )
-    tunable = "second_order" not in defaults  # fastgp train; fastgp check fixes one
-    p.add_argument(
+    flag("--lr", "Adam learning rate of both networks", "lr_d", type=_number(0, open_low=True))
+    flag("--seed", f"random seed, 0..{SEED_MAX}", type=_seed)
+    flag(
         "--second-order",
-        choices=CONFIG_SECOND_ORDER if tunable else SECOND_ORDER,
-        default=defaults.get("second_order"),
-        help="how the penalty's parameter gradient is taken: reverse-over-forward "
+        "how the penalty's parameter gradient is taken: reverse-over-forward "
         "(the VJP of a JVP of the critic) or reverse (nested grad), both exact"
         + (
             "; auto: time both on this run's critic loss at start-up (checked against the "
             "naive penalty) and train with the faster"
             if tunable
             else ""
-        )
-        + default("second_order"),
+        ),
+        choices=CONFIG_SECOND_ORDER if tunable else SECOND_ORDER,
     )
 
 
@@ -273,25 +276,20 @@ def build_parser() -> argparse.ArgumentParser:
         "measurements behind it: docs/performance.md); pallas forces the Pallas kernel on TPU "
         "and GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for checks (far slower)",
     )
-    train.add_argument(
-        "--gp-weight",
-        type=_number(0),
-        default=None,
-        help=f"penalty weight lambda (default: {_by_recipe('gp_weight')})",
-    )
-    train.add_argument(
+    _recipe_flag(train, {}, "--gp-weight", "penalty weight lambda", type=_number(0))
+    _recipe_flag(
+        train,
+        {},
         "--gp-sigma",
+        "noise standard deviation of --gp-kind approximate-r1",
         type=_number(0, open_low=True),
-        default=None,
-        help="noise standard deviation of --gp-kind approximate-r1 "
-        f"(default: {_by_recipe('gp_sigma')})",
     )
-    train.add_argument(
+    _recipe_flag(
+        train,
+        {},
         "--decay-fraction",
+        "both learning rates decay linearly to 0 over this final fraction of --steps, 0 = constant",
         type=_number(0, 1),
-        default=None,
-        help="both learning rates decay linearly to 0 over this final fraction of --steps, "
-        f"0 = constant (default: {_by_recipe('decay_fraction')})",
     )
     _add_parallel_flags(train)
     train.add_argument("--out", default=None, help="output directory (default runs/<dataset>)")
@@ -302,40 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         "used; flags that contradict it are errors; damaged newer "
         "checkpoints are reported and moved to checkpoints-damaged/)",
     )
-    train.add_argument(
-        "--log-every",
-        type=_positive_int,
-        default=None,
-        help="generator steps per metrics.jsonl line (default 100; on --resume the run's)",
-    )
-    train.add_argument(
-        "--checkpoint-every",
-        type=_positive_int,
-        default=None,
-        help="generator steps between checkpoints (default 1000; on --resume the run's)",
-    )
-    train.add_argument(
-        "--eval-every",
-        type=_positive_int,
-        default=None,
-        help="generator steps between quality evaluations: modes of 2-D "
-        "mixtures, C2ST and class coverage of digits (default 500; on "
-        "--resume the run's)",
-    )
-    train.add_argument(
-        "--eval-samples",
-        type=_positive_int,
-        default=None,
-        help="generator samples per evaluation (default 2500; digits use at "
-        "least the metric's 8 sets of 898; on --resume the run's)",
-    )
-    train.add_argument(
-        "--stop-at",
-        type=_positive_int,
-        default=None,
-        help="end this invocation after this many generator steps (checkpointed; "
-        "continue with --resume)",
-    )
+    for flag, text in RUN_FLAGS.items():
+        train.add_argument(flag, type=_positive_int, default=None, help=text)
     train.add_argument(
         "--fused",
         choices=tuple(FUSED),
@@ -377,18 +343,23 @@ def build_parser() -> argparse.ArgumentParser:
 # --- dispatch ------------------------------------------------------------------------------------
 
 
-def _subparser(parser, args):
-    return parser._subparsers._group_actions[0].choices[args.command]
+def _subparser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    parsers: dict[str, argparse.ArgumentParser] = commands.choices
+    return parsers[args.command]
 
 
-def backend_problem(backend, platform=None):
+def backend_problem(backend: str | None, platform: str | None = None) -> str | None:
     """Why the sharded trainer cannot use ``backend`` (on ``platform``, if known), or None."""
     if backend in ("interpret", "gpu-interpret"):
         return (
             f"{backend} (generic Pallas interpret mode) cannot run under shard_map, which the "
             f"trainer always uses; use tpu-interpret to run the kernel on CPU, or xla"
         )
-    platform = {"cuda": "gpu", "rocm": "gpu"}.get(platform, platform)
+    if platform in ("cuda", "rocm"):
+        platform = "gpu"
     if backend == "pallas" and platform not in (None, "tpu", "gpu"):
         return (
             f"pallas runs the kernels on TPU or GPU only and JAX runs on {platform} here; "
@@ -397,7 +368,7 @@ def backend_problem(backend, platform=None):
     return None
 
 
-def _known_platform(args):
+def _known_platform(args: argparse.Namespace) -> str | None:
     """The JAX platform, when it is known without starting JAX (JAX_PLATFORMS names one)."""
     platforms = os.environ.get("JAX_PLATFORMS", "")
     if not platforms and args.processes > 1 and args.process_id is None:
@@ -405,7 +376,7 @@ def _known_platform(args):
     return platforms if platforms and "," not in platforms else None
 
 
-def _validate(parser, args):
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     sub = _subparser(parser, args)
     if (args.process_id is None) != (args.coordinator is None) or (
         args.process_id is not None and not 0 <= args.process_id < args.processes
@@ -443,7 +414,7 @@ def _validate(parser, args):
         )
 
 
-def _supervise(args, argv) -> int:
+def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     """Start ``args.processes`` copies of this command, one per process id."""
     port = args.port or free_port()
     env = set_cpu_devices(args.devices or 1, dict(os.environ))
@@ -456,11 +427,11 @@ def _supervise(args, argv) -> int:
     return supervise(commands, env, graceful=args.command == "train")
 
 
-def _out(args) -> str:
+def _out(args: argparse.Namespace) -> str:
     return args.out or os.path.join("runs", args.dataset or "8gaussians")
 
 
-def _train(args) -> int:
+def _train(args: argparse.Namespace) -> int:
     import jax
 
     from fastgp.train.run import RunError, RunFailure, RunOptions, train
@@ -521,7 +492,7 @@ def _train(args) -> int:
     return 128 + signal.Signals[summary["stopped_by"]].value
 
 
-def _check(args) -> int:
+def _check(args: argparse.Namespace) -> int:
     import jax
 
     if jax.local_device_count() < args.devices:
@@ -544,7 +515,7 @@ def _check(args) -> int:
     return 0 if result["ok"] else 1
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fastgp`` script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # orbax logs every failure with its traceback through absl; the command says it in one line
