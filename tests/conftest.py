@@ -1,6 +1,7 @@
 """Test set-up: CPU JAX with 8 simulated devices, libtpu usable from parallel workers."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -20,6 +21,29 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("default")
+
+
+@pytest.fixture(scope="session")
+def run_tmp_path(tmp_path_factory) -> Path:
+    """This run's temporary directory, shared by its pytest-xdist workers (a worker's own lies
+    in it), for outputs made once per run; make them under a file lock."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+@pytest.fixture(scope="session")
+def child_env(run_tmp_path) -> dict[str, str]:
+    """The environment of the processes a test starts (the command line, the trainer's workers):
+    CPU JAX with its own device count (this process's 8 do not leak) and one compilation cache
+    for the run, so that runs building the same programs compile them once."""
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": str(run_tmp_path / "jax-cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+    env.pop("XLA_FLAGS", None)
+    return env
 
 
 @pytest.fixture(autouse=True)

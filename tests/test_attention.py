@@ -5,8 +5,12 @@ Every rule is exercised: the value, the VJP (first-order reverse), the JVP, both
 products (forward-over-reverse, reverse-over-reverse: the VJP of the VJP), reverse-over-forward
 (the VJP of the JVP, the penalty's default), and a third derivative; over ragged T, T_q != T_k,
 one and several heads, head dims 32/64/128, causal and key-padding masks, and vmap.
+
+The derivative sets are compiled as one program each (``jax.jit``), as a training step takes
+them; the bf16, vmap and transpose tests run eagerly, through each primitive's own dispatch.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -55,6 +59,7 @@ def scalar_loss(fn):
     return lambda q, k, v: jnp.sum(jnp.sin(fn(q, k, v)))
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def derivatives(fn, args, tangents):
     """Every derivative the penalty and a user's nested autodiff take, as a dict of pytrees."""
     loss = scalar_loss(fn)
@@ -109,7 +114,7 @@ def test_third_derivative(backend):
     def third(fn):
         loss = scalar_loss(fn)
         hvp = lambda q: jax.jvp(lambda y: jax.grad(loss)(y, *args[1:]), (q,), (tangents[0],))[1]
-        return jax.grad(lambda q: jnp.vdot(hvp(q), tangents[0]))(args[0])
+        return jax.jit(jax.grad(lambda q: jnp.vdot(hvp(q), tangents[0])))(args[0])
 
     ours, naive = pair(mask, True, backend)
     assert rel_err(third(ours), third(naive)) < 5 * RTOL  # four chained float32 passes

@@ -2,8 +2,8 @@
 
 The oracle is the naive penalty (nested ``jax.grad``) of the same critic with plain jnp
 attention: value, parameter gradients and a Hessian-vector product in the parameters, for every
-kind, both second orders and remat. A critic holding an op without forward mode gets an error
-that names the ways out.
+kind and both second orders (compiled as one program, as a training step is), and remat (run
+eagerly). A critic holding an op without forward mode gets an error that names the ways out.
 """
 
 import functools
@@ -68,9 +68,13 @@ def penalty_fn(attention, penalty, **kw):
 
 
 def value_grad_hvp(loss, params, x, direction):
+    """The loss, its parameter gradients and the HVP along ``direction``."""
     value, grads = jax.value_and_grad(loss)(params, x)
     hvp = jax.jvp(lambda p: jax.grad(loss)(p, x), (params,), (direction,))[1]
     return value, grads, hvp
+
+
+compiled_value_grad_hvp = jax.jit(value_grad_hvp, static_argnums=0)
 
 
 def data():
@@ -89,13 +93,13 @@ def data():
 def test_penalty_through_attention_equals_naive(kind, second_order, backend):
     params, x, direction = data()
     kw = dict(kind=kind, target=1.0 if kind != "wgan-lp" else 0.5)
-    got = value_grad_hvp(
+    got = compiled_value_grad_hvp(
         penalty_fn(ours(backend), fastgp.gradient_penalty, second_order=second_order, **kw),
         params,
         x,
         direction,
     )
-    want = value_grad_hvp(
+    want = compiled_value_grad_hvp(
         penalty_fn(naive(), fastgp.naive_gradient_penalty, **kw), params, x, direction
     )
     for name, g, w in zip(("value", "grads", "hvp"), got, want, strict=True):
@@ -178,7 +182,7 @@ def test_penalty_through_attention_in_shard_map_equals_one_device(backend):
     x = jax.random.normal(jax.random.PRNGKey(5), (8, TOKENS, PATCH))
     mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
     loss = penalty_fn(ours(backend), fastgp.gradient_penalty)
-    want = jax.value_and_grad(loss)(params, x)
+    want = jax.jit(jax.value_and_grad(loss))(params, x)
 
     def sharded(p, x):
         return jax.shard_map(

@@ -45,17 +45,11 @@ RUN_FLAGS = [
 ]
 
 
-def _env(**extra):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", **extra}
-    env.pop("XLA_FLAGS", None)  # conftest's 8 devices must not leak into the runs
-    return env
-
-
-def fastgp(*args, timeout=240, check=True):
+def fastgp(env, *args, timeout=240, check=True):
     proc = subprocess.run(
         [sys.executable, "-m", "fastgp.train.cli", *args],
         cwd=ROOT,
-        env=_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -82,18 +76,16 @@ def assert_same_state(a, b):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(run_tmp_path, child_env):
     """An uninterrupted 400-step run: (output dir, its summary). Made once per test session, also
-    under pytest-xdist (workers share the parent of their temp dirs and take turns on a lock)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
+    under pytest-xdist (the workers take turns on a lock)."""
+    root = run_tmp_path
     out = root / "cli-reference"
     with open(root / "cli-reference.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "summary.json").exists():
             shutil.rmtree(out, ignore_errors=True)
-            fastgp("train", *RUN_FLAGS, "--out", str(out))
+            fastgp(child_env, "train", *RUN_FLAGS, "--out", str(out))
     return out, json.loads((out / "summary.json").read_text())
 
 
@@ -142,12 +134,13 @@ def test_train_writes_every_output(reference):
 # --- resume: exactly the uninterrupted run --------------------------------------------------------
 
 
-def test_four_device_cpu_run_completes(tmp_path):
+def test_four_device_cpu_run_completes(tmp_path, child_env):
     """One process, 4 CPU devices, the iterations dispatched one by one (``--fused off``, the way
     the digits conv pair runs on CPU): XLA:CPU's in-process all-reduce aborted after 40 s when a
     later iteration was queued behind it (two tries of 300 steps of the default recipe both died
     that way)."""
     fastgp(
+        child_env,
         "train",
         "--steps",
         "300",
@@ -166,10 +159,10 @@ def test_four_device_cpu_run_completes(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_n_steps_equals_uninterrupted_2n(reference, tmp_path):
-    fastgp("train", *RUN_FLAGS, "--out", str(tmp_path), "--stop-at", "200")
+def test_resume_after_n_steps_equals_uninterrupted_2n(reference, tmp_path, child_env):
+    fastgp(child_env, "train", *RUN_FLAGS, "--out", str(tmp_path), "--stop-at", "200")
     assert Checkpoints(tmp_path / "checkpoints").latest_step() == 200
-    proc = fastgp("train", "--resume", "--out", str(tmp_path), "--no-progress")
+    proc = fastgp(child_env, "train", "--resume", "--out", str(tmp_path), "--no-progress")
     assert last_json(proc.stdout)["steps"] == 400
     assert_same_state(final_state(tmp_path), final_state(reference[0]))
     np.testing.assert_allclose(
@@ -195,11 +188,11 @@ def _committed_steps(directory):
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, tmp_path):
+def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, tmp_path, child_env):
     proc = subprocess.Popen(
         [sys.executable, "-m", "fastgp.train.cli", "train", *RUN_FLAGS, "--out", str(tmp_path)],
         cwd=ROOT,
-        env=_env(),
+        env=child_env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -211,7 +204,7 @@ def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, t
     proc.wait()
     latest = Checkpoints(tmp_path / "checkpoints").latest_step()
     assert latest is not None and latest < 400, latest
-    resumed = fastgp("train", "--resume", "--out", str(tmp_path), "--no-progress")
+    resumed = fastgp(child_env, "train", "--resume", "--out", str(tmp_path), "--no-progress")
     assert last_json(resumed.stdout)["steps"] == 400
     steps = [
         json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
@@ -220,11 +213,11 @@ def test_sigkill_mid_run_then_resume_continues_from_last_checkpoint(reference, t
     assert_same_state(final_state(tmp_path), final_state(reference[0]))
 
 
-def test_resume_rejects_contradicting_flags(reference, tmp_path):
+def test_resume_rejects_contradicting_flags(reference, tmp_path, child_env):
     out = reference[0]
-    proc = fastgp("train", "--resume", "--out", str(out), "--steps", "500", check=False)
+    proc = fastgp(child_env, "train", "--resume", "--out", str(out), "--steps", "500", check=False)
     assert proc.returncode == 2 and "--steps 500 contradicts the checkpoint" in proc.stderr
-    proc = fastgp("train", "--out", str(out), check=False)
+    proc = fastgp(child_env, "train", "--out", str(out), check=False)
     assert proc.returncode == 2 and "pass --resume" in proc.stderr
 
 
@@ -232,8 +225,9 @@ def test_resume_rejects_contradicting_flags(reference, tmp_path):
 
 
 @pytest.mark.slow
-def test_check_two_processes_of_two_devices():
+def test_check_two_processes_of_two_devices(child_env):
     proc = fastgp(
+        child_env,
         "check",
         "--devices",
         "2",
@@ -253,7 +247,7 @@ def test_check_two_processes_of_two_devices():
 
 
 @pytest.mark.slow
-def test_two_process_train_checkpoints_and_resumes(tmp_path):
+def test_two_process_train_checkpoints_and_resumes(tmp_path, child_env):
     flags = [
         "--steps",
         "20",
@@ -273,9 +267,9 @@ def test_two_process_train_checkpoints_and_resumes(tmp_path):
         "--out",
         str(tmp_path),
     ]
-    fastgp("train", *flags, "--stop-at", "10")
+    fastgp(child_env, "train", *flags, "--stop-at", "10")
     assert Checkpoints(tmp_path / "checkpoints").latest_step() == 10
-    proc = fastgp("train", *flags, "--resume")
+    proc = fastgp(child_env, "train", *flags, "--resume")
     summary = last_json(proc.stdout)
     assert summary["processes"] == 2 and summary["devices"] == 2 and summary["steps"] == 20
     assert {p.name for p in tmp_path.iterdir()} >= {
@@ -307,7 +301,7 @@ class _StderrLines:
         return "".join(self.lines)
 
 
-def _two_process_run(tmp_path, devices):
+def _two_process_run(child_env, tmp_path, devices):
     """A long 2-process run, once its first metrics line is written: (supervisor, its stderr,
     the pid of process 1, every child's pid)."""
     proc = subprocess.Popen(
@@ -331,7 +325,7 @@ def _two_process_run(tmp_path, devices):
             str(tmp_path),
         ],
         cwd=ROOT,
-        env=_env(),
+        env=child_env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -363,8 +357,8 @@ def _signal_and_wait(proc, err, victim, signum):
 
 
 @pytest.mark.slow
-def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
-    proc, err, victim, pids = _two_process_run(tmp_path, devices=2)
+def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path, child_env):
+    proc, err, victim, pids = _two_process_run(child_env, tmp_path, devices=2)
     code, elapsed, text = _signal_and_wait(proc, err, victim, signal.SIGKILL)
     assert code != 0 and elapsed < 60
     assert f"process 1 of 2 (pid {victim}) was killed by SIGKILL" in text, text[-3000:]
@@ -372,10 +366,10 @@ def test_one_process_dies_the_other_stops_with_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_stopped_process_is_named_as_the_one_that_stopped_responding(tmp_path):
+def test_a_stopped_process_is_named_as_the_one_that_stopped_responding(tmp_path, child_env):
     """SIGSTOP (a hung host): the peer aborts when the heartbeat is lost; the stopped one is named
     and killed."""
-    proc, err, victim, pids = _two_process_run(tmp_path, devices=1)
+    proc, err, victim, pids = _two_process_run(child_env, tmp_path, devices=1)
     code, elapsed, text = _signal_and_wait(proc, err, victim, signal.SIGSTOP)
     errors = [line for line in text.splitlines() if line.startswith("fastgp: error:")]
     assert code != 0 and elapsed < launcher.HEARTBEAT_S + launcher.GRACE_S + 10, (elapsed, text)
@@ -598,7 +592,7 @@ def test_with_cpu_devices_carries_on_or_reruns(monkeypatch):
 
 
 @pytest.mark.slow
-def test_check_after_jax_started_with_one_device_reruns_with_the_devices():
+def test_check_after_jax_started_with_one_device_reruns_with_the_devices(child_env):
     """A program that used JAX (one CPU device) and then calls ``selfcheck.main``: the check
     runs again in a fresh interpreter with the devices asked for."""
     argv = ["--devices", "2", "--steps", "1", "--batch-size", "8", "--n-critic", "1"]
@@ -608,7 +602,7 @@ def test_check_after_jax_started_with_one_device_reruns_with_the_devices():
         f"sys.exit(main({[*argv, '--backend', 'xla']!r}))"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True
+        [sys.executable, "-c", code], cwd=ROOT, env=child_env, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = last_json(proc.stdout)
@@ -623,10 +617,11 @@ def _strict_json(text):
 
 
 @pytest.mark.slow
-def test_digits_run_logs_the_digits_metric(tmp_path):
+def test_digits_run_logs_the_digits_metric(tmp_path, child_env):
     """A short digits run evaluates the two-sample test and class coverage at --eval-every and at
     the end, on at least the metric's 8 sets of 898 samples, into metrics.jsonl and summary.json."""
     proc = fastgp(
+        child_env,
         "train",
         "--dataset",
         "digits",

@@ -49,21 +49,9 @@ FLAGS = [
 CLI = [sys.executable, "-m", "fastgp.train.cli"]
 
 
-def _shared_root(factory):
-    root = factory.getbasetemp()
-    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "JAX_COMPILATION_CACHE_DIR": str(_shared_root(tmp_path_factory) / "jax-cache"),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-    }
-    env.pop("XLA_FLAGS", None)  # conftest's 8 devices must not leak into the runs
-    return env
+def env(child_env):
+    return child_env
 
 
 def fastgp(env, *args, timeout=240, **kwargs):
@@ -116,9 +104,9 @@ def one_clear_line(proc, *words):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, env):
+def reference(run_tmp_path, env):
     """An uninterrupted run (made once per session, also under pytest-xdist) and its end state."""
-    root = _shared_root(tmp_path_factory)
+    root = run_tmp_path
     out = root / "faults-reference"
     with open(root / "faults-reference.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
