@@ -2,6 +2,7 @@
 
     tpu_device(generation)          -> a device of a small topology of that generation
     tpu_devices(topology)           -> every compile-only device of a topology ("v5p:2x2x2")
+    lower_for(device, fn, *args)    -> the lowered program of ``jax.jit(fn)`` on that device
     compile_for(device, fn, *args)  -> the compiled program of ``jax.jit(fn)`` on that device
     figures(compiled)               -> dict: flops, bytes, copies, async copies, memory, kernel
     count_copies(hlo_text)          -> {"copy": n, "copy-start": m} outside fused computations
@@ -80,10 +81,15 @@ def tpu_device(generation: str) -> Any:
     return tpu_devices(TOPOLOGIES[generation])[0]
 
 
-def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """``jit(fn)`` lowered for ``args`` (arrays or ShapeDtypeStructs) on ``device``, compiled."""
+def lower_for(device: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``jit(fn)`` lowered for ``args`` (arrays or ShapeDtypeStructs) on ``device``."""
     sharding = jax.sharding.SingleDeviceSharding(device)
-    return jax.jit(fn, in_shardings=sharding).lower(*args).compile()
+    return jax.jit(fn, in_shardings=sharding).lower(*args)
+
+
+def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``lower_for(device, fn, *args)``, compiled."""
+    return lower_for(device, fn, *args).compile()
 
 
 def count_copies(hlo_text: str) -> dict[str, int]:

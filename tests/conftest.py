@@ -33,9 +33,9 @@ def run_tmp_path(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def child_env(run_tmp_path) -> dict[str, str]:
-    """The environment of the processes a test starts (the command line, the trainer's workers):
-    CPU JAX with its own device count (this process's 8 do not leak) and one compilation cache
-    for the run, so that runs building the same programs compile them once."""
+    """The environment of the ``fastgp`` command-line runs a test starts: CPU JAX with its own
+    device count (this process's 8 do not leak) and one compilation cache for the test run, so
+    that runs building the same programs compile them once."""
     env = {
         **os.environ,
         "JAX_PLATFORMS": "cpu",

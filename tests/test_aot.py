@@ -134,8 +134,7 @@ def test_bf16_image_critic_step_reads_g_where_the_convolution_wrote_it(generatio
     assert kernel_operand_producers(compile_text(generation, step, params, x)) == ["fusion"]
     # whether a program holds the kernel is settled when it is lowered; no need to compile it
     step = functools.partial(jax.value_and_grad(loss), backend="auto")
-    sharding = jax.sharding.SingleDeviceSharding(cf.tpu_device(generation))
-    lowered = jax.jit(step, in_shardings=sharding).lower(params, x).as_text()
+    lowered = cf.lower_for(cf.tpu_device(generation), step, params, x).as_text()
     assert "tpu_custom_call" not in lowered
 
 

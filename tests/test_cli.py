@@ -79,9 +79,8 @@ def assert_same_state(a, b):
 def reference(run_tmp_path, child_env):
     """An uninterrupted 400-step run: (output dir, its summary). Made once per test session, also
     under pytest-xdist (the workers take turns on a lock)."""
-    root = run_tmp_path
-    out = root / "cli-reference"
-    with open(root / "cli-reference.lock", "w") as lock:
+    out = run_tmp_path / "cli-reference"
+    with open(run_tmp_path / "cli-reference.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "summary.json").exists():
             shutil.rmtree(out, ignore_errors=True)

@@ -106,9 +106,8 @@ def one_clear_line(proc, *words):
 @pytest.fixture(scope="module")
 def reference(run_tmp_path, env):
     """An uninterrupted run (made once per session, also under pytest-xdist) and its end state."""
-    root = run_tmp_path
-    out = root / "faults-reference"
-    with open(root / "faults-reference.lock", "w") as lock:
+    out = run_tmp_path / "faults-reference"
+    with open(run_tmp_path / "faults-reference.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "summary.json").exists():
             shutil.rmtree(out, ignore_errors=True)
