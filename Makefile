@@ -19,7 +19,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	rm -rf $(TYPECHECK)/fastgp
 	mkdir -p $(TYPECHECK)/fastgp
-	ln -s $(CURDIR)/fastgp/*.py $(CURDIR)/fastgp/py.typed $(CURDIR)/fastgp/train $(TYPECHECK)/fastgp/
+	ln -s $(CURDIR)/fastgp/*.py $(CURDIR)/fastgp/py.typed $(CURDIR)/fastgp/train $(CURDIR)/fastgp/_penalty $(CURDIR)/fastgp/_attention $(CURDIR)/fastgp/_approximate $(TYPECHECK)/fastgp/
 	ln -s $(CURDIR)/kernels $(TYPECHECK)/fastgp/kernels
 	ln -sfn $(CURDIR)/tests $(TYPECHECK)/tests
 	cd $(TYPECHECK) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastgp import _backends as backends
-from fastgp.kernels import penalty_gpu
+from fastgp._penalty.xla import xla_sumsq
+from fastgp.kernels.penalty import gpu as penalty_gpu
 from tables import markdown_table, table_row
 
 SHAPES = [(256, 2), (256, 3072), (256, 3 * 64 * 64), (1024, 3 * 64 * 64), (64, 1 << 20)]
@@ -51,7 +51,7 @@ def main():
             nbytes = g.size * g.dtype.itemsize
             copy = median_seconds(jax.jit(lambda x: x * 1), g)
             kernel = median_seconds(jax.jit(penalty_gpu.row_sumsq), g)
-            xla = median_seconds(jax.jit(backends.xla_sumsq), g)
+            xla = median_seconds(jax.jit(xla_sumsq), g)
             gbs = lambda b, t: f"{b / t / 1e9:.0f}"
             rows.append(
                 table_row(

@@ -1,8 +1,9 @@
 """One whole critic step (critic loss + penalty, value_and_grad wrt params, Adam update).
 
 Group ``step:<critic>`` times, interleaved round by round, the step without the penalty (``plain``,
-the floor), the naive penalty (``fastgp._reference``), fastgp's default (reverse-over-forward,
-``backend="auto"``, XLA on CPU) and fastgp with ``second_order="reverse"`` (nested reverse mode).
+the floor), the naive penalty (``fastgp.naive_gradient_penalty``), fastgp's default
+(reverse-over-forward, ``backend="auto"``, XLA on CPU) and fastgp with
+``second_order="reverse"`` (nested reverse mode).
 Ratios are to ``naive``; the last column is the ratio to ``plain``.
 """
 

@@ -11,7 +11,7 @@
 Variants of the penalty inside a critic step (``fastgp.penalty.gradient_penalty`` unless naive):
 
     plain           critic loss only (the floor: what a step costs with no penalty)
-    naive           fastgp._reference.naive_gradient_penalty (nested jax.grad, plain jnp)
+    naive           fastgp._penalty.reference.naive_gradient_penalty (nested jax.grad, plain jnp)
     fastgp          the default: backend="auto", second_order="reverse-over-forward"
     fastgp-xla      backend="xla" (the plain jnp reduction, also on TPU)
     fastgp-pallas   backend="pallas" (the kernels on every leaf)
@@ -34,8 +34,8 @@ import optax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from fastgp import _reference as reference
 from fastgp import approximate_r1, penalty
+from fastgp._penalty import reference
 from fastgp.train.models import Model, mlp
 
 GP_WEIGHT = 10.0

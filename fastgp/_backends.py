@@ -1,166 +1,150 @@
-"""Backend resolution: which implementation computes a gradient leaf's per-sample sum of squares.
+"""Backend names, what ``"auto"`` means for each op, and the interpret modes' translation.
 
-    resolve_for(backend, *leaves)(leaf) -> (B,) float32 (float64 for a float64 leaf)
+    resolve(op, backend)   -> the concrete backend a call runs ("auto" resolved; ValueError for
+                              a name the op does not know)
+    interpret_mode(name)   -> the ``interpret=`` argument of a Pallas kernel call
+    generation(name)       -> the TPU generation a kernel backend tiles for (None: unknown)
 
-A leaf is a (B, ...) input-gradient. On TPU the kernels read it in the layout XLA gives it, so
-that the kernel's operand is a bitcast of the leaf, not a relayout copy:
+``"auto"`` is XLA for both ops on every platform today: the compiled figures behind that choice
+are in ``benchmarks/results/`` and docs/performance.md. Inside :func:`attention_backend` it means
+another backend for attention only (how ``fastgp.autotune`` tries attention backends in a critic
+it does not own).
 
-    (B, D)                          ``row_sumsq`` of the leaf as it is
-    (B, C, H, W) or (B, H, W, C)    ``lane_sumsq`` of its (H, W, C, B) transpose: XLA:TPU stores a
-    image, C the channel axis       convolution's input-gradient spatial-major, C in the sublanes,
-                                    B in the lanes (measured on v4, v5e, v5p, v6e and TPU7x)
-    any other leaf                  ``row_sumsq`` of its (B, D) reshape, a relayout copy
+Two limits of Pallas interpret mode (JAX 0.10.2) on CPU, and what fastgp does about each:
 
-``"auto"`` is XLA on every platform today; the measured critic steps behind that choice are in
-``benchmarks/results/`` and ``docs/performance.md``. ``"pallas"`` runs the TPU kernels on every
-leaf on TPU and the Triton kernel on CUDA, and fails to lower, with a ValueError naming the
-alternatives, anywhere else. Every kernel backend runs on each device's block of a sharded leaf
-(``fastgp._partitioning``).
+* generic interpret mode (``"interpret"``, ``"gpu-interpret"``) cannot trace inside
+  ``shard_map(check_vma=True)``: its while-loop carry loses the manual axis types; TPU interpret
+  mode can. :func:`check_backend_for_manual_axes` turns the deep JAX error into one naming it.
+* interpret-mode kernels call back into JAX from a host thread; dispatching more work while those
+  callbacks run can deadlock the CPU client. :func:`blocking` makes every call wait its result.
 """
 
-import functools
-from collections.abc import Sequence
-from typing import Any, NoReturn, get_args
+import contextlib
+import contextvars
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, Literal, TypeAlias, TypeVar, cast, get_args
 
 import jax
-import jax.numpy as jnp
-from einops import rearrange
-from jax import lax
 from jax.experimental.pallas import tpu as pltpu
-from jax.extend.core import Primitive
-from jax.interpreters import mlir
 
-from fastgp._partitioning import HOST_CALLBACKS, NO_TPU_PARTITIONER, BlockSumsq, per_device
 from fastgp._typing import Backend
-from fastgp.kernels import penalty_gpu, penalty_tpu
+
+Op: TypeAlias = Literal["penalty", "attention"]
 
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
+INTERPRET_BACKENDS: tuple[Backend, ...] = ("interpret", "tpu-interpret", "gpu-interpret")
+KERNEL_BACKENDS: tuple[Backend, ...] = ("pallas", *INTERPRET_BACKENDS)
+# Attention has TPU kernels only: no GPU interpret mode.
+OP_BACKENDS: dict[Op, tuple[Backend, ...]] = {
+    "penalty": BACKENDS,
+    "attention": tuple(b for b in BACKENDS if b != "gpu-interpret"),
+}
+_CALLER: dict[Op, str] = {"penalty": "fastgp", "attention": "fastgp.attention"}
+_NOT_IN_SHARD_MAP: tuple[Backend, ...] = ("interpret", "gpu-interpret")
+
+_attention_auto: contextvars.ContextVar[Backend] = contextvars.ContextVar(
+    "fastgp_attention_auto", default="xla"
+)
 
 
-# --- Leaf views ---------------------------------------------------------------------------------
+def check_name(op: Op, backend: str) -> Backend:
+    """``backend`` itself if ``op`` has it; else a ValueError listing the op's backends."""
+    if backend not in OP_BACKENDS[op]:
+        raise ValueError(
+            f"{_CALLER[op]}: unknown backend {backend!r}; expected one of {OP_BACKENDS[op]}"
+        )
+    return backend
 
 
-def image_channel_axis(shape: Sequence[int]) -> int | None:
-    """1 (NCHW) or 3 (NHWC) for a (B, ., ., .) image whose channel axis is the smallest of the
-    three and smaller than both spatial axes; None for any other shape."""
-    if len(shape) != 4:
-        return None
-    _, first, middle, last = shape
-    if first < min(middle, last):
-        return 1
-    if last < min(first, middle):
-        return 3
-    return None
+def resolve(op: Op, backend: str) -> Backend:
+    """The backend that ``op`` runs for ``backend``: ``"auto"`` resolved here and nowhere else."""
+    backend = check_name(op, backend)
+    if backend != "auto":
+        return backend
+    return _attention_auto.get() if op == "attention" else "xla"
 
 
-def _as_rows(leaf: jax.Array) -> jax.Array:
-    return rearrange(leaf, "b ... -> b (...)")
+@contextlib.contextmanager
+def attention_backend(backend: str) -> Iterator[None]:
+    """While tracing inside this block, ``attention(backend="auto")`` runs ``backend``: how
+    ``fastgp.autotune`` tries each attention backend in a critic it does not own. It acts when a
+    function is traced: a jitted function already traced keeps the backend it was traced with."""
+    backend = check_name("attention", backend)
+    token = _attention_auto.set("xla" if backend == "auto" else backend)
+    try:
+        yield
+    finally:
+        _attention_auto.reset(token)
 
 
-def _as_lanes(leaf: jax.Array, channel_axis: int) -> jax.Array:
-    """(H, W, C, B): XLA:TPU's physical order for a convolution's input-gradient."""
-    return rearrange(leaf, "b c h w -> h w c b" if channel_axis == 1 else "b h w c -> h w c b")
-
-
-# --- Implementations ----------------------------------------------------------------------------
-
-
-def xla_sumsq(leaf: jax.Array) -> jax.Array:
-    """(B,) sums of squares over every non-batch axis, plain jnp, float32 (float64 for float64)."""
-    x = leaf.astype(jnp.result_type(jnp.float32, leaf.dtype))
-    return jnp.sum(x * x, axis=tuple(range(1, leaf.ndim)))
-
-
-def _tpu_sumsq(interpret: bool | pltpu.InterpretParams) -> BlockSumsq:
-    def sumsq(leaf: jax.Array) -> jax.Array:
-        axis = image_channel_axis(leaf.shape)
-        if axis is not None:
-            return penalty_tpu.lane_sumsq(_as_lanes(leaf, axis), interpret=interpret)
-        return penalty_tpu.row_sumsq(_as_rows(leaf), interpret=interpret)
-
-    return sumsq
-
-
-def _gpu_sumsq(interpret: bool) -> BlockSumsq:
-    return lambda leaf: penalty_gpu.row_sumsq(_as_rows(leaf), interpret=interpret)
-
-
-# A primitive whose only job is to fail, with a clear message, when lowered for a platform that
-# the requested backend cannot run on. Tracing it is fine: lax.platform_dependent traces every
-# branch but lowers only the ones for the platforms being compiled.
-_unsupported_p = Primitive("fastgp_backend_unsupported")
-_unsupported_p.def_abstract_eval(lambda x, *, message: x)
-
-
-def _raise_on_lowering(ctx: Any, x: Any, *, message: str) -> NoReturn:
-    raise ValueError(message)
-
-
-mlir.register_lowering(_unsupported_p, _raise_on_lowering)
-
-
-def _unsupported(backend: Backend) -> BlockSumsq:
-    """A stand-in whose lowering raises a ValueError naming the alternatives."""
-    message = (
-        f"backend={backend!r} runs the Pallas TPU or GPU kernels, but this program is being "
-        f"lowered for another platform ({jax.default_backend()!r} by default). Use "
-        f"backend='interpret' or 'tpu-interpret' to run the kernel on CPU, 'xla' for plain "
-        f"JAX, or 'auto' (the default, XLA today)."
-    )
-
-    def unsupported(leaf: jax.Array) -> jax.Array:
-        # Typed like the kernels' output in every sharding mode (manual axes inside shard_map,
-        # the batch sharding under explicit axes), so that lax.platform_dependent accepts the
-        # branch and the lowering is reached.
-        return _unsupported_p.bind(xla_sumsq(leaf), message=message)
-
-    return unsupported
-
-
-def _per_platform(tpu: BlockSumsq, cuda: BlockSumsq, default: BlockSumsq) -> BlockSumsq:
-    return lambda leaf: lax.platform_dependent(leaf, tpu=tpu, cuda=cuda, default=default)
-
-
-@functools.cache
-def resolve(backend: Backend) -> BlockSumsq:
-    """The per-leaf sum of squares for a backend name; raises ValueError for an unknown name.
-
-    Every kernel backend partitions itself (``fastgp._partitioning``): under shard_map, explicit
-    sharding and Auto-sharded ``jax.jit``, each device reduces its own block of the leaf.
-    """
-    if backend in ("xla", "auto"):
-        return xla_sumsq
-    if backend == "interpret":
-        return per_device(_tpu_sumsq(True), backend)
+def interpret_mode(backend: Backend) -> bool | pltpu.InterpretParams:
+    """A kernel call's ``interpret=``: False (compiled), True (generic) or TPU interpret mode."""
+    if backend in ("interpret", "gpu-interpret"):
+        return True
     if backend == "tpu-interpret":
-        return per_device(
-            _tpu_sumsq(pltpu.InterpretParams()), backend, unpartitionable=HOST_CALLBACKS
+        return pltpu.InterpretParams()
+    return False
+
+
+def current_generation() -> str | None:
+    """Generation of the default device if it is a TPU, else None."""
+    try:
+        device = jax.devices()[0]
+    except RuntimeError:
+        return None
+    if device.platform != "tpu":
+        return None
+    return str(pltpu.get_tpu_info().chip_version.value)
+
+
+def generation(backend: Backend) -> str | None:
+    """The TPU generation a kernel tiles for: the device's for ``"pallas"``, else unknown (None:
+    the smallest blocks of any generation, which also keeps interpret mode's programs small)."""
+    return current_generation() if backend == "pallas" else None
+
+
+def check_backend_for_manual_axes(backend: Backend, manual_axes: Collection[str]) -> None:
+    """Raise a ValueError if ``backend`` cannot run on data that varies over ``manual_axes``."""
+    if manual_axes and backend in _NOT_IN_SHARD_MAP:
+        raise ValueError(
+            f"backend={backend!r} (generic Pallas interpret mode) cannot run inside shard_map "
+            f"(the data varies over mesh axes {tuple(sorted(manual_axes))}); use "
+            f"backend='tpu-interpret' to run the TPU kernel on CPU there, or 'xla'"
         )
-    if backend == "gpu-interpret":
-        return per_device(_gpu_sumsq(True), backend)
-    if backend == "pallas":
-        return _per_platform(
-            per_device(_tpu_sumsq(False), backend, unpartitionable=NO_TPU_PARTITIONER),
-            per_device(_gpu_sumsq(False), backend),
-            _unsupported(backend),
-        )
-    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
 
 
-def resolve_for(backend: Backend, *leaves: jax.Array) -> BlockSumsq:
-    """The per-leaf sum of squares for ``backend`` on these leaves: float64 runs on XLA (the
-    kernels accumulate in float32), which ``"auto"`` and ``"xla"`` allow and the kernel backends
-    refuse."""
-    wide = [leaf.dtype for leaf in leaves if jnp.dtype(leaf.dtype).itemsize > 4]
-    if not wide:
-        return resolve(backend)
-    if backend in ("auto", "xla"):
-        return xla_sumsq
-    raise ValueError(
-        f"backend={backend!r} runs kernels that accumulate in float32, but the "
-        f"input has dtype {wide[0]}; use backend='auto' or 'xla' for float64, or "
-        f"cast to float32"
-    )
+class _Blocking:
+    """A jitted function that returns only once its result is ready (``lower`` is kept for AOT)."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+        self.lower = fn.lower
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return jax.block_until_ready(self._fn(*args, **kwargs))
 
 
-__all__ = ["BACKENDS", "image_channel_axis", "resolve", "resolve_for", "xla_sumsq"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def blocking(fn: F, backend: str) -> F:
+    """``fn`` itself, or for an interpret backend a wrapper that waits for every result (a jitted
+    ``fn``'s ``lower`` kept)."""
+    return cast(F, _Blocking(fn)) if backend in INTERPRET_BACKENDS else fn
+
+
+__all__ = [
+    "BACKENDS",
+    "INTERPRET_BACKENDS",
+    "KERNEL_BACKENDS",
+    "OP_BACKENDS",
+    "Op",
+    "attention_backend",
+    "blocking",
+    "check_backend_for_manual_axes",
+    "check_name",
+    "current_generation",
+    "generation",
+    "interpret_mode",
+    "resolve",
+]

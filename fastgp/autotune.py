@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp import _compiled as compiled
-from fastgp._attention import attention_backend
-from fastgp._reference import naive_gradient_penalty
+from fastgp._backends import attention_backend
+from fastgp._penalty.reference import naive_gradient_penalty
 from fastgp._timing import interleaved_times
 from fastgp._typing import Backend, PyTree, Remat, SecondOrder
 from fastgp.penalty import REMAT_POLICIES, SECOND_ORDER, gradient_penalty

@@ -5,7 +5,7 @@
     compare_penalty_steps(make_step, args, *, rounds=20, warmup=2)    -> {naive_s, fastgp_s, ...}
     benchmark_penalty_steps(benchmark, make_step, args, ...)          -> the same, recorded
 
-The oracle is :func:`fastgp._reference.naive_gradient_penalty` (nested ``jax.grad``). ``apply`` is
+The oracle is :func:`fastgp.naive_gradient_penalty` (nested ``jax.grad``). ``apply`` is
 the user's critic, ``apply(params, x) -> scores (B,) or (B, 1)``; the penalty is differentiated
 with respect to ``params``, the way a critic step differentiates it.
 
@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastgp._interpret_mode import INTERPRET_BACKENDS
-from fastgp._reference import naive_gradient_penalty
+from fastgp._backends import INTERPRET_BACKENDS
+from fastgp._penalty.reference import naive_gradient_penalty
 from fastgp._timing import interleaved_times
 from fastgp._typing import Backend, Critic, Kind, PyTree, Remat, SecondOrder
 from fastgp.penalty import DEFAULT_WEIGHT, gradient_penalty
@@ -103,7 +103,7 @@ def _evaluate(fn: Callable[..., list[Any]], params: PyTree, x: PyTree, tangent: 
     """``fn(params, x, tangent)`` as host float64 arrays, waiting for the result.
 
     (Interpret-mode kernels call back into JAX from a host thread; blocking before the next
-    dispatch keeps the CPU client from deadlocking, see ``fastgp._interpret_mode``.)"""
+    dispatch keeps the CPU client from deadlocking, see ``fastgp._backends``.)"""
     out = jax.block_until_ready(fn(params, x, tangent))
     return jax.tree.map(lambda leaf: np.asarray(leaf, np.float64), out)
 

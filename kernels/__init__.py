@@ -1,29 +1,19 @@
-"""Pallas kernels for per-sample gradient sums of squares (installed as ``fastgp.kernels``).
+"""Pallas kernels, grouped by op (installed as ``fastgp.kernels``).
 
-Kernels only: no dispatch policy, no validation beyond what a kernel needs. The public API lives in
-``fastgp.penalty``; ``penalty_math`` is the per-sample penalty as a function of the norm.
+    penalty/     per-sample float32 sums of squares of a gradient leaf
+      tpu.py       row_sumsq (B, D) and lane_sumsq (..., S, B): Mosaic, grid (P, K)
+      gpu.py       row_sumsq: Triton, one program per sample
+      tiling.py    Blocks, row_blocks, lane_blocks per TPU generation
+    attention/   flash attention whose forward, JVP and VJP are each a kernel ("bhtd" layout)
+      forward.py   flash_forward: o and the log-sum-exp
+      tangent.py   flash_tangent: the JVP at the saved o, lse
+      vjp.py       flash_vjp: g_q (query-major) and g_k, g_v (key-major), the tangent's transpose
+      layout.py    the grid layout, block specs and row helpers the three share
+      tiling.py    Blocks, blocks per TPU generation
+    tiling.py    register geometry and chip figures every family's tiling reads
+    types.py     Ref and Interpret
+
+Kernels only: no dispatch policy, no validation beyond what a kernel needs, and blocks always come
+from the caller. Relative imports only: this package imports nothing from ``fastgp``. The ops that
+call these kernels live in ``fastgp`` (``fastgp.penalty``, ``fastgp.attention``).
 """
-
-from .attention_tiling import FlashBlocks, flash_blocks
-from .attention_tpu import flash_forward, flash_tangent, flash_vjp
-from .penalty_math import KINDS, Kind, penalty_of_norm, penalty_slope
-from .penalty_tpu import lane_sumsq, row_sumsq
-from .tiling import Blocks, generation_budget, lane_blocks, row_blocks
-
-__all__ = [
-    "KINDS",
-    "Blocks",
-    "FlashBlocks",
-    "Kind",
-    "flash_blocks",
-    "flash_forward",
-    "flash_tangent",
-    "flash_vjp",
-    "generation_budget",
-    "lane_blocks",
-    "lane_sumsq",
-    "penalty_of_norm",
-    "penalty_slope",
-    "row_blocks",
-    "row_sumsq",
-]

@@ -21,8 +21,8 @@ jax.config.update("jax_num_cpu_devices", int(sys.argv[2]) if len(sys.argv) > 2 e
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fastgp import _second_order as second_order  # noqa: E402
 from fastgp import distributed, penalty  # noqa: E402
+from fastgp._penalty import second_order  # noqa: E402
 from fastgp.train import selfcheck as check  # noqa: E402
 from fastgp.train import trainer  # noqa: E402
 from fastgp.train.models import Model  # noqa: E402

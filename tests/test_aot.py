@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import pytest
 
 from fastgp import penalty
-from fastgp.kernels import lane_blocks, lane_sumsq, row_blocks, row_sumsq
+from fastgp.kernels.penalty import lane_blocks, lane_sumsq, row_blocks, row_sumsq
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.aot
@@ -122,7 +122,7 @@ def kernel_operand_producers(hlo_text):
 def test_bf16_image_critic_step_reads_g_where_the_convolution_wrote_it(generation, layout):
     """The shape where a (B, D) bf16 tiling failed on TPU7x inside a whole step. The kernel's
     operand is the fusion that writes the input gradient (through a bitcast), not a relayout
-    copy; the default backend's program has no kernel (see fastgp._backends)."""
+    copy; the default backend's program has no kernel (see fastgp._penalty.binding)."""
     image = (3, 64, 64) if layout == "NCHW" else (64, 64, 3)
     params = conv_params(image, layout, jnp.bfloat16, channels=4)
     x = jax.ShapeDtypeStruct((64, *image), jnp.bfloat16)

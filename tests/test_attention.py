@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import fastgp
-from fastgp import _attention_blockwise as blockwise
+from fastgp._attention import xla as blockwise
+from fastgp._attention.config import Config
 
 RTOL = 1e-5
 BACKENDS = ["xla", "interpret"]
@@ -214,12 +215,12 @@ def test_blockwise_passes_are_each_others_transposes():
     ks = jax.random.split(jax.random.PRNGKey(3), 8)
     q, k, v = (jax.random.normal(ks[i], (1, 2, 16 if i == 0 else 24, 8)) for i in range(3))
     mask = jnp.arange(24)[None] < 20
-    kw: dict[str, Any] = dict(scale=0.4, causal=True, block_q=8, block_k=8)
-    o, lse = blockwise.forward(q, k, v, mask, **kw)
+    config = Config(scale=0.4, causal=True, block_q=8, block_k=8)
+    o, lse = blockwise.forward(q, k, v, mask, config=config)
     dots = [jax.random.normal(ks[3 + i], x.shape) for i, x in enumerate((q, k, v))]
     g_o, g_lse = jax.random.normal(ks[6], o.shape), jax.random.normal(ks[7], lse.shape)
-    do, dlse = blockwise.tangent(q, k, v, o, lse, mask, *dots, **kw)
-    back = blockwise.vjp(q, k, v, o, lse, mask, g_o, g_lse, **kw)
+    do, dlse = blockwise.tangent(q, k, v, o, lse, mask, *dots, config=config)
+    back = blockwise.vjp(q, k, v, o, lse, mask, g_o, g_lse, config=config)
     lhs = jnp.vdot(do, g_o) + jnp.vdot(dlse, g_lse)
     rhs = sum(jnp.vdot(a, b) for a, b in zip(dots, back, strict=True))
     np.testing.assert_allclose(lhs, rhs, rtol=1e-5)

@@ -1,4 +1,4 @@
-"""The attention kernels (fastgp.kernels.attention_tpu) against naive masked-softmax attention.
+"""The attention kernels (fastgp.kernels.attention) against naive masked-softmax attention.
 
 Forward against the oracle's (O, logsumexp); the tangent against ``jax.jvp`` of the oracle and
 the VJP against ``jax.vjp`` of it, in Pallas interpret mode and TPU interpret mode
@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
-from fastgp.kernels.attention_tiling import FlashBlocks, flash_blocks
-from fastgp.kernels.attention_tpu import flash_forward, flash_tangent, flash_vjp
+from fastgp.kernels.attention import flash_forward, flash_tangent, flash_vjp
+from fastgp.kernels.attention.tiling import Blocks as FlashBlocks
+from fastgp.kernels.attention.tiling import blocks as flash_blocks
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from fastgp._backends import xla_sumsq
-from fastgp.kernels import row_sumsq
+from fastgp._penalty.xla import xla_sumsq
+from fastgp.kernels.penalty import row_sumsq
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.aot

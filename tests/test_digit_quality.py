@@ -24,7 +24,7 @@ from fastgp.train.digit_calibration import (
     markdown,
     resampled,
 )
-from fastgp.train.digit_quality import (
+from fastgp.train.evaluation import (
     FRECHET_SETS,
     NOISE_CURVE,
     NOISE_SIGMAS,

@@ -19,7 +19,7 @@ import pytest
 from jax import lax
 
 import fastgp
-from fastgp import _reference as reference
+from fastgp._penalty import reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -135,3 +135,35 @@ def test_api_md_documents_exactly_the_public_api():
         if not name.startswith("_") and not isinstance(value, type(fastgp))
     }
     assert exposed <= public, exposed - public
+
+
+def layout_map_paths() -> set[str]:
+    """The module paths docs/development.md's layout map names: full paths, and names indented
+    under a folder line (``fastgp/_penalty/`` then ``  api.py``)."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    paths, folder, in_train = set(), None, False
+    for line in text.splitlines():
+        if not line.startswith("    "):
+            in_train = line.startswith("The training application") or (in_train and not line)
+            continue
+        words = line.split()
+        first = words[0] if words else ""
+        if first.endswith("/") and first.startswith(("fastgp/", "kernels/")):
+            folder = first
+        elif first.endswith(".py") and "/" in first:
+            paths.add(first)
+        elif first.endswith(".py") and folder and line.startswith("      "):
+            paths.add(folder + first)
+        if in_train:  # the training application's two-column table: every name on the line
+            paths.update("fastgp/train/" + w for w in words if re.fullmatch(r"[a-z_]+\.py", w))
+    return paths
+
+
+def test_development_md_maps_every_module_of_the_library_and_the_kernels():
+    modules = {
+        path.relative_to(ROOT).as_posix()
+        for top in ("fastgp", "kernels")
+        for path in (ROOT / top).rglob("*.py")
+    }
+    missing = sorted(modules - layout_map_paths())
+    assert not missing, f"docs/development.md's layout map omits {missing}"

@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from fastgp import _reference as reference
 from fastgp import penalty
+from fastgp._penalty import reference
 
 KEY = jax.random.PRNGKey(0)
 critic = lambda x: jnp.sum(x, axis=1)

@@ -3,7 +3,7 @@ NamedSharding, explicit sharding) equal the naive path.
 
 Each test runs the code a user of that framework writes, as in the README's "Framework recipes"
 section, and compares the penalty and the parameter gradients with the same computation built on
-``fastgp._reference.naive_gradient_penalty`` (nested ``jax.grad``): float32, to 1e-5 of the largest
+``fastgp.naive_gradient_penalty`` (nested ``jax.grad``): float32, to 1e-5 of the largest
 reference gradient entry. The optimizer steps use SGD so that the parameters after one update can
 be compared with the naive update too; Adam plugs in the same way.
 """

@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fastgp import _reference as reference
 from fastgp import penalty
-from fastgp.kernels import penalty_gpu
+from fastgp._penalty import reference
+from fastgp.kernels.penalty import gpu as penalty_gpu
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU")
 

@@ -10,7 +10,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fastgp import penalty
-from fastgp.kernels import penalty_gpu
+from fastgp.kernels.penalty import gpu as penalty_gpu
 from fastgp.testing import assert_penalty_matches_naive
 
 TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")

@@ -11,9 +11,9 @@ from jax._src.pallas.mosaic.interpret import utils as tpu_interpret_utils
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from fastgp import _backends as backends
-from fastgp._rowops import norms_and_penalties
-from fastgp.kernels import Blocks, lane_blocks, lane_sumsq, row_blocks, row_sumsq
+from fastgp._penalty import binding as backends
+from fastgp._penalty.rowops import norms_and_penalties
+from fastgp.kernels.penalty import Blocks, lane_blocks, lane_sumsq, row_blocks, row_sumsq
 from fastgp.kernels.tiling import SUPPORTED_GENERATIONS
 from oracles import norms64, penalties64
 
@@ -45,7 +45,9 @@ def _small(batch, length, splits, multiple):
 def test_row_sumsq_matches_float64(batch, features, dtype, mode, tiling, seed):
     g, g64 = _draw(seed, (batch, features), dtype)
     blocks = (
-        None if tiling == "default" else _small(batch, features, 2 if tiling == "split" else 1, 128)
+        row_blocks(batch, features, g.dtype.itemsize)
+        if tiling == "default"
+        else _small(batch, features, 2 if tiling == "split" else 1, 128)
     )
     sums = np.asarray(row_sumsq(g, blocks=blocks, interpret=MODES[mode]))
     assert sums.dtype == np.float32 and sums.shape == (batch,)
@@ -65,7 +67,11 @@ def test_lane_sumsq_matches_float64(lead, sublanes, batch, dtype, mode, tiling, 
     shape = (*lead, sublanes, batch)
     g, g64 = _draw(seed, shape, dtype)
     rows = int(np.prod(lead))
-    blocks = None if tiling == "default" else _small(batch, rows, 2 if tiling == "split" else 1, 8)
+    blocks = (
+        lane_blocks(rows, sublanes, batch)
+        if tiling == "default"
+        else _small(batch, rows, 2 if tiling == "split" else 1, 8)
+    )
     sums = np.asarray(lane_sumsq(g, blocks=blocks, interpret=MODES[mode]))
     assert sums.dtype == np.float32 and sums.shape == (batch,)
     np.testing.assert_allclose(sums, np.sum(g64.reshape(-1, batch) ** 2, axis=0), rtol=1e-6)

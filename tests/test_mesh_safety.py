@@ -15,8 +15,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import _reference as reference
 from fastgp import penalty
+from fastgp._penalty import reference
 
 BATCH = 16
 

@@ -4,12 +4,11 @@ from typing import get_args
 
 from fastgp import _typing
 from fastgp._backends import BACKENDS
-from fastgp.kernels import KINDS, penalty_math
+from fastgp._penalty.kinds import KINDS
 from fastgp.penalty import REMAT_POLICIES, SECOND_ORDER
 
 
 def test_option_tuples_are_their_literal_types():
-    assert _typing.Kind is penalty_math.Kind  # kernels/ imports nothing from fastgp/
     assert KINDS == get_args(_typing.Kind) == ("wgan-gp", "wgan-lp", "r1")
     assert BACKENDS == get_args(_typing.Backend)
     assert SECOND_ORDER == get_args(_typing.SecondOrder) == ("reverse-over-forward", "reverse")

@@ -1,6 +1,7 @@
 """Packaging: the sdist and wheel contents, imports without side effects, and the library
 standing apart from the training application."""
 
+import email.parser
 import json
 import pathlib
 import re
@@ -47,7 +48,7 @@ def dists(tmp_path_factory):
         check=True,
         capture_output=True,
     )
-    (sdist,) = tmp.glob("fastgp-*.tar.gz")
+    (sdist,) = tmp.glob("fastgp_jax-*.tar.gz")
     subprocess.run(
         [
             sys.executable,
@@ -64,32 +65,48 @@ def dists(tmp_path_factory):
         cwd=tmp,
         check=True,
     )
-    (wheel,) = tmp.glob("fastgp-*.whl")
+    (wheel,) = tmp.glob("fastgp_jax-*.whl")
     with tarfile.open(sdist) as tar:
         sdist_names = {name.partition("/")[2] for name in tar.getnames()}
-    return sdist_names, wheel.name, zipfile.ZipFile(wheel).namelist()
+    archive = zipfile.ZipFile(wheel)
+    dist_info = wheel.name.split("-py3")[0] + ".dist-info"
+    metadata = email.parser.Parser().parsestr(archive.read(f"{dist_info}/METADATA").decode())
+    return sdist_names, wheel.name, archive.namelist(), metadata
 
 
 def test_wheel_holds_only_the_fastgp_package(dists):
-    _, wheel, names = dists
+    _, wheel, names, _ = dists
     dist_info = wheel.split("-py3")[0] + ".dist-info"
     top_level = {name.split("/")[0] for name in names}
     assert top_level == {"fastgp", dist_info}, top_level
-    for package in ("fastgp", "fastgp/kernels", "fastgp/train"):
-        assert f"{package}/__init__.py" in names, package
-    assert "fastgp/kernels/penalty_tpu.py" in names and "fastgp/kernels/tiling.py" in names
+    for init in [*(ROOT / "fastgp").rglob("__init__.py"), *(ROOT / "kernels").rglob("__init__.py")]:
+        relative = init.relative_to(ROOT).as_posix()
+        installed = "fastgp/" + relative if relative.startswith("kernels/") else relative
+        assert installed in names, f"{relative} is not in the wheel"
+    assert "fastgp/kernels/penalty/tpu.py" in names and "fastgp/kernels/tiling.py" in names
     assert not [name for name in names if re.search(r"(^|/)(tests|benchmarks)/", name)]
 
 
+def test_wheel_is_named_fastgp_jax_with_the_train_and_tpu_extras(dists):
+    """The index's ``fastgp`` is another project, so the distribution is ``fastgp-jax``."""
+    _, wheel, _, metadata = dists
+    assert wheel.startswith("fastgp_jax-"), wheel
+    assert metadata.get_all("Name") == ["fastgp-jax"]
+    assert {"train", "tpu", "dev"} <= set(metadata.get_all("Provides-Extra") or [])
+    requires = metadata.get_all("Requires-Dist") or []
+    assert any(r.startswith("jax[tpu]") and 'extra == "tpu"' in r for r in requires), requires
+    assert any(r.startswith("optax") and 'extra == "train"' in r for r in requires), requires
+
+
 def test_wheel_ships_the_typing_markers_and_the_license(dists):
-    _, wheel, names = dists
+    _, wheel, names, _ = dists
     dist_info = wheel.split("-py3")[0] + ".dist-info"
     assert "fastgp/py.typed" in names and "fastgp/kernels/py.typed" in names
     assert f"{dist_info}/licenses/LICENSE" in names, [n for n in names if "dist-info" in n]
 
 
 def test_sdist_holds_the_license_changelog_readme_and_project(dists):
-    sdist_names, _, _ = dists
+    sdist_names, _, _, _ = dists
     assert {"LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml"} <= sdist_names
     assert {"fastgp/py.typed", "kernels/py.typed"} <= sdist_names
 
@@ -108,7 +125,7 @@ def test_importing_fastgp_configures_no_logging():
         names = ["fastgp.train.checkpoints", "fastgp.train.cli"]
         for package in ("fastgp", "fastgp.kernels", "fastgp.train"):
             path = importlib.import_module(package).__path__
-            names += [f"{package}.{module.name}" for module in pkgutil.iter_modules(path)]
+            names += [m.name for m in pkgutil.walk_packages(path, package + ".")]
         for name in names:
             importlib.import_module(name)
             assert levels() == before, f"importing {name}: {before} -> {levels()}"
@@ -142,10 +159,12 @@ def test_the_library_loads_nothing_of_the_training_application():
 
 
 def test_kernels_import_only_relatively_and_hold_no_policy():
-    for path in (ROOT / "kernels").glob("*.py"):
+    for path in (ROOT / "kernels").rglob("*.py"):
         text = path.read_text()
         absolute = re.findall(r"^\s*(?:from|import)\s+fastgp\b.*$", text, re.MULTILINE)
         assert not absolute, f"{path.name} imports fastgp absolutely: {absolute}"
+        # the device decides nothing here: blocks and interpret modes come from the caller
+        assert not re.search(r"jax\.devices\(|get_tpu_info\(\)|default_backend\(", text), path
 
 
 def test_core_dependencies_are_light():

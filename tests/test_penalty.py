@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastgp import _reference as reference
 from fastgp import penalty
+from fastgp._penalty import reference
 from fastgp.testing import assert_penalty_matches_naive
 from oracles import norms64, penalties64
 

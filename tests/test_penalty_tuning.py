@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from fastgp._reference import naive_gradient_penalty
+from fastgp._penalty.reference import naive_gradient_penalty
 from fastgp.penalty import SECOND_ORDER
 from fastgp.train.penalty_tuning import _arguments, _critic_loss, choose_second_order
 from fastgp.train.recipes import build_problem, default_config

@@ -16,8 +16,8 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import _reference as reference
 from fastgp import penalty
+from fastgp._penalty import reference
 
 KINDS = ["wgan-gp", "wgan-lp", "r1"]
 

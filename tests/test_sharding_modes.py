@@ -21,8 +21,8 @@ from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import _reference as reference
 from fastgp import penalty
+from fastgp._penalty import reference
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 from collectives import arrays_moved

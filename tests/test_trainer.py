@@ -194,7 +194,7 @@ def test_digits_conv_critic_equals_naive():
 def test_digits_bf16_multi_block_equals_naive():
     """bfloat16 input-gradients through the kernel on a per-core batch of 192: more than one batch
     block, the last ragged, in either kernel view."""
-    from fastgp.kernels.tiling import lane_blocks, row_blocks
+    from fastgp.kernels.penalty.tiling import lane_blocks, row_blocks
 
     assert lane_blocks(64, 1, 192).batch < 192 and row_blocks(192, 64, 2).batch < 192
     proc = _run(
@@ -522,7 +522,7 @@ def test_mesh_must_have_one_data_axis():
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu (jax[tpu])")
 def test_sharded_step_compiles_for_tpu_v5e_mesh():
     """The toy MLP's (B, 2) input-gradients: "auto" leaves dense leaves to XLA on TPU (see
-    fastgp._backends), "pallas" forces the kernel into both compiled programs."""
+    fastgp._penalty.binding), "pallas" forces the kernel into both compiled programs."""
     out = run_worker("aot", 1, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     assert out == {
         "platform": "tpu",
@@ -537,7 +537,7 @@ def test_sharded_step_compiles_for_tpu_v5e_mesh():
 def test_bf16_input_gradients_reach_the_tpu_kernel():
     """Lowered for TPU, the penalty's Mosaic kernel reads the conv critic's input-gradients in the
     compute dtype (bf16 under bf16) and returns float32 statistics with backend "pallas"; the
-    default, "auto", is XLA on TPU (see fastgp._backends) and has no kernel."""
+    default, "auto", is XLA on TPU (see fastgp._penalty.binding) and has no kernel."""
     out = run_worker("aot_precision", 1, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     for precision in ("f32", "bf16"):
         for program in ("critic_step", "run"):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
-from fastgp._reference import naive_gradient_penalty
+from fastgp._penalty.reference import naive_gradient_penalty
 from fastgp.testing import assert_penalty_matches_naive
 from fastgp.train.models import mlp
 

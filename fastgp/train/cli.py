@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastgp._backends import BACKENDS
-from fastgp.kernels import KINDS
+from fastgp._penalty.kinds import KINDS
 from fastgp.penalty import SECOND_ORDER
 from fastgp.train import selfcheck, tune_command
 from fastgp.train.data import CHECK_DATASETS, DATASETS

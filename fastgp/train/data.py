@@ -8,7 +8,7 @@
     digit_labels()            -> (1797,) int class labels of load_digits()
 
 A digits run trains on the "train" half only: the "held_out" half is the real reference of the
-two-sample test in ``fastgp.train.digit_quality``, so the generator never saw it.
+two-sample test in ``fastgp.train.evaluation``, so the generator never saw it.
 """
 
 import functools

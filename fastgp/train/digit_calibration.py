@@ -2,7 +2,7 @@
 
     calibration_table(seed=0)  -> [{"row": name, "sigma": noise sigma or None, **figures}]
     markdown(rows)             -> the rows as a markdown table
-    noise_curve(rows)          -> the NOISE_CURVE of ``fastgp.train.digit_quality``
+    noise_curve(rows)          -> the NOISE_CURVE of ``fastgp.train.evaluation``
     python -m fastgp.train.digit_calibration [--seed S] [--write README.md docs/trainer.md]
 
 Every row is built from the metric's first half (the digits a run trains on; the held-out half

@@ -9,9 +9,8 @@ evaluator that applies them.
 3 sigma of its nearest mode; a mode is captured when it is the nearest of at least one such
 sample.
 
-**Digits** (``fastgp.train.digit_quality`` is this metric under its documented name): two-sample
-tests, a feature distance, classifier confidence and the classes covered, each figure with the
-pixel noise it is equivalent to.
+**Digits** (``DigitQuality``): two-sample tests, a feature distance, classifier confidence and the
+classes covered, each figure with the pixel noise it is equivalent to.
 
     metric = DigitQuality()   # splits the digits, fits the classifiers, measures the floors
     metric(samples)           # (N, 8, 8, 1) or (N, 64) in [-1, 1], N >= 898 -> one dict:

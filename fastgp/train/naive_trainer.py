@@ -1,7 +1,7 @@
 """The oracle: WGAN-GP training written plainly, on one device, with the whole global batch.
 
 No kernels, no ``shard_map``, no custom VJPs: ``jnp.mean`` losses, a hand-written interpolation
-and ``fastgp._reference.naive_gradient_penalty`` (nested ``jax.grad``). Parameters, optimiser and
+and ``fastgp.naive_gradient_penalty`` (nested ``jax.grad``). Parameters, optimiser and
 random numbers come from ``fastgp.train.state`` exactly as in ``fastgp.train.trainer``, so the two
 must agree to float32 rounding.
 
@@ -27,7 +27,7 @@ import numpy as np
 import optax
 
 from fastgp import approximate_r1
-from fastgp._reference import naive_grad_norms, naive_gradient_penalty
+from fastgp._penalty.reference import naive_grad_norms, naive_gradient_penalty
 from fastgp.train.models import Model
 from fastgp.train.state import (
     TrainConfig,

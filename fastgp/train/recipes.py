@@ -9,7 +9,7 @@ The recipes are the values of ``TOY`` (8 Gaussians and the Swiss roll: ``TOY_DEP
 ``width`` ReLU MLPs), ``GRID`` (25 Gaussians: the toy recipe with narrower MLPs, fewer critic
 steps and the lazy penalty) and ``DIGITS`` (the conv pair of ``fastgp.train.models`` with
 ``width`` channels, trained on ``load_digits(split="train")`` and scored by
-``fastgp.train.digit_quality`` against the other half). How they were chosen and what they
+``fastgp.train.evaluation`` against the other half). How they were chosen and what they
 score: docs/trainer.md.
 """
 

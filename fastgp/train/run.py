@@ -109,7 +109,7 @@ class RunOptions:
 
 def default_backend() -> str:
     """ "xla" on CPU (the kernel's interpret modes are for checks), else "auto" (today XLA too:
-    see ``fastgp._backends`` for the compiled figures behind it; ``pallas`` forces the kernel)."""
+    docs/performance.md has the compiled figures behind it; ``pallas`` forces the kernel)."""
     return "xla" if jax.default_backend() == "cpu" else "auto"
 
 

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import optax
 
 from fastgp._backends import BACKENDS
+from fastgp._penalty.kinds import KINDS
 from fastgp._typing import Backend, Kind, SecondOrder
-from fastgp.kernels import KINDS
 from fastgp.penalty import SECOND_ORDER
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}

@@ -56,7 +56,7 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fastgp import approximate_r1
-from fastgp._interpret_mode import blocking, check_backend_for_manual_axes
+from fastgp._backends import blocking, check_backend_for_manual_axes
 from fastgp.distributed import global_batch_slice, global_mean
 from fastgp.penalty import gradient_penalty_and_norms, interpolate
 from fastgp.train import diagnostics
@@ -134,7 +134,7 @@ class Trainer:
     ``sample_real(key, n)`` returns ``n`` real samples (n, ...) float32 and must be jittable (see
     ``fastgp.train.state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh with
     axis "data" (default :func:`make_mesh`). With an interpret backend ``run``, ``critic_step`` and
-    ``gradients`` wait for their results before returning (``fastgp._interpret_mode``).
+    ``gradients`` wait for their results before returning (``fastgp._backends``).
     """
 
     def __init__(

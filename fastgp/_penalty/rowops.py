@@ -4,8 +4,8 @@
 
 ``leaves`` are the input-gradient's leaves, each (B, ...) in its own shape. The forward
 sums squares per sample with ``backend`` (one read of every leaf, in its own layout, float32
-accumulation; see ``fastgp._backends``), then takes the norm and the penalty in jnp. The derivative
-is a ``custom_jvp`` written in plain ``jnp``:
+accumulation; see ``binding``), then takes the norm and the penalty in jnp. The derivative is a
+``custom_jvp`` written in plain ``jnp``:
 
     dn_b = <g_b, dg_b> / n_b        dp_b = p'(n_b) dn_b
 
@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastgp._backends import resolve_for
+from fastgp._penalty.binding import resolve_for
+from fastgp._penalty.kinds import penalty_of_norm, penalty_slope
 from fastgp._typing import Backend, Kind
-from fastgp.kernels import penalty_of_norm, penalty_slope
 
 
 def _tiny(dtype: np.dtype) -> float:
@@ -70,7 +70,7 @@ def norms_and_penalties(
       leaves: tuple of (B, ...) float arrays (bf16/f16/f32, or f64 on XLA); sums accumulate in
         float32 (float64 for float64 input).
       kind, target: penalty kind and relative target (static).
-      backend: backend name (see ``fastgp._backends``).
+      backend: backend name (see ``fastgp._penalty.binding``).
 
     Returns:
       (norm, penalty), each (B,) float32 (float64 for float64 input).

@@ -23,7 +23,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 
-from fastgp import _validation as validation
+from fastgp._penalty import validation
 from fastgp._typing import AxisName, Critic, PyTree
 from fastgp.distributed import global_batch_slice, global_mean, require_axis_name, shard_count
 

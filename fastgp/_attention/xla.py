@@ -15,24 +15,17 @@ its score blocks. Everything accumulates in float32.
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypedDict, Unpack
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fastgp._attention.config import Config
+
 F32 = jnp.float32
 Arrays = tuple[jax.Array, ...]
 RowsResult = tuple[Arrays, Arrays]  # a row pass's (row outputs, column sums)
-
-
-class Options(TypedDict):
-    """The passes' keywords: the score scale, causal masking, and the queries and keys a step."""
-
-    scale: float
-    causal: bool
-    block_q: int
-    block_k: int
 
 
 def _key_blocks(x: jax.Array, block_k: int) -> jax.Array:
@@ -70,21 +63,21 @@ def _zeros_like_outputs(
 
 @dataclasses.dataclass(frozen=True)
 class _Rows:
-    """The block of query rows a row pass works on (from ``q_start``) and the passes' options."""
+    """The block of query rows a row pass works on (from ``q_start``) under ``config``."""
 
-    scale: float
-    causal: bool
-    block_k: int
+    config: Config
     q_start: Any = 0
 
     def scores(self, q: jax.Array, k_blk: jax.Array) -> jax.Array:
         """(B, H, Tq, block_k) float32 scale · q kᵀ."""
-        return self.scale * jnp.einsum("bhqd,bhkd->bhqk", q, k_blk, preferred_element_type=F32)
+        return self.config.scale * jnp.einsum(
+            "bhqd,bhkd->bhqk", q, k_blk, preferred_element_type=F32
+        )
 
     def valid(self, mask_blk: jax.Array, start: jax.Array, tq: int) -> jax.Array:
         """(B, 1, Tq, block_k) bool: key padding and, if causal, j <= i (keys from ``start``)."""
         valid = mask_blk[:, None, None, :]
-        if self.causal:
+        if self.config.causal:
             shape = (tq, mask_blk.shape[-1])
             rows = self.q_start + lax.broadcasted_iota(jnp.int32, shape, 0)
             cols = start + lax.broadcasted_iota(jnp.int32, shape, 1)
@@ -113,13 +106,13 @@ class _Rows:
         """
         body_fn = jax.checkpoint(block_fn, prevent_cse=False, static_argnums=())
         blocked = (
-            *(_key_blocks(x, self.block_k) for x in keys),
-            _mask_blocks(key_mask, self.block_k),
+            *(_key_blocks(x, self.config.block_k) for x in keys),
+            _mask_blocks(key_mask, self.config.block_k),
         )
 
         def body(carry: Arrays, xs: Arrays):  # type: ignore[no-untyped-def]
             index, *blocks = xs
-            sums, per_block = body_fn(index * self.block_k, *blocks)
+            sums, per_block = body_fn(index * self.config.block_k, *blocks)
             return tuple(c + s for c, s in zip(carry, sums, strict=True)), per_block
 
         count = blocked[0].shape[0]
@@ -135,7 +128,7 @@ def _forward_rows(at: _Rows, rows: Arrays, keys: Arrays) -> RowsResult:
     def step(carry, xs):  # type: ignore[no-untyped-def]
         m, total, acc = carry
         index, k_blk, v_blk, mask_blk = xs
-        valid = at.valid(mask_blk, index * at.block_k, tq)
+        valid = at.valid(mask_blk, index * at.config.block_k, tq)
         s = jnp.where(valid, at.scores(q, k_blk), -jnp.inf)
         m_new = jnp.maximum(m, jnp.max(s, axis=-1))
         m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
@@ -148,12 +141,12 @@ def _forward_rows(at: _Rows, rows: Arrays, keys: Arrays) -> RowsResult:
 
     zeros, wide = _zeros_like_outputs(q, k, v, key_mask, dv)
     init = (zeros - jnp.inf, zeros, wide)
-    count = k.shape[2] // at.block_k
+    count = k.shape[2] // at.config.block_k
     xs = (
         jnp.arange(count, dtype=jnp.int32),
-        _key_blocks(k, at.block_k),
-        _key_blocks(v, at.block_k),
-        _mask_blocks(key_mask, at.block_k),
+        _key_blocks(k, at.config.block_k),
+        _key_blocks(v, at.config.block_k),
+        _mask_blocks(key_mask, at.config.block_k),
     )
     (m, total, acc), _ = lax.scan(step, init, xs)
     seen = total > 0
@@ -207,8 +200,8 @@ def _vjp_rows(at: _Rows, rows: Arrays, keys: Arrays) -> RowsResult:
         p = at.probabilities(q, k_blk, lse, at.valid(mask_blk, start, tq))
         dp = jnp.einsum("bhqd,bhkd->bhqk", g_o32, v_blk.astype(F32))
         ds = p * (dp - delta[..., None])
-        g_q = at.scale * jnp.einsum("bhqk,bhkd->bhqd", ds, k_blk.astype(F32))
-        g_k = at.scale * jnp.einsum("bhqk,bhqd->bhkd", ds, q.astype(F32))
+        g_q = at.config.scale * jnp.einsum("bhqk,bhkd->bhqd", ds, k_blk.astype(F32))
+        g_k = at.config.scale * jnp.einsum("bhqk,bhqd->bhkd", ds, q.astype(F32))
         g_v = jnp.einsum("bhqk,bhqd->bhkd", p, g_o32)
         return (g_q,), (g_k, g_v)
 
@@ -246,17 +239,16 @@ def _per_query_block(
     rows_fn: Callable[[_Rows, Arrays, Arrays], RowsResult],
     rows: Arrays,
     keys: Arrays,
-    options: Options,
+    config: Config,
     column_like: Arrays = (),
 ) -> tuple[list[jax.Array], list[jax.Array]]:
     """``rows_fn(at, row_blocks, keys) -> (row_outputs, column_sums)`` over blocks of
     ``block_q`` rows of ``rows``, rematerialised per block: row outputs concatenated, column sums
     (float32, shaped like ``column_like``) added."""
-    block_q = options["block_q"]
+    block_q = config.block_q
 
     def on_block(q_start: Any, *row_blocks: jax.Array) -> RowsResult:
-        at = _Rows(options["scale"], options["causal"], options["block_k"], q_start)
-        return rows_fn(at, row_blocks, keys)
+        return rows_fn(_Rows(config, q_start), row_blocks, keys)
 
     tq = rows[0].shape[2]
     if block_q >= tq:
@@ -276,30 +268,30 @@ def _per_query_block(
     return [_unblock_queries(r) for r in row_out], list(cols)
 
 
-def forward(*args: jax.Array, **options: Unpack[Options]) -> tuple[jax.Array, jax.Array]:
+def forward(*args: jax.Array, config: Config) -> tuple[jax.Array, jax.Array]:
     """(o (B, H, Tq, Dv) in q's dtype, lse (B, H, Tq) float32) of ``(q, k, v, key_mask)``,
     ``block_q`` queries at a time."""
     q, k, v, key_mask = args
-    (o, lse), _ = _per_query_block(_forward_rows, (q,), (k, v, key_mask), options)
+    (o, lse), _ = _per_query_block(_forward_rows, (q,), (k, v, key_mask), config)
     return o, lse
 
 
-def tangent(*args: jax.Array, **options: Unpack[Options]) -> tuple[jax.Array, jax.Array]:
+def tangent(*args: jax.Array, config: Config) -> tuple[jax.Array, jax.Array]:
     """The JVP (:func:`_tangent_rows`) of ``(q, k, v, o, lse, key_mask, dq, dk, dv)``: (do in q's
     dtype, dlse float32), ``block_q`` queries at a time."""
     q, k, v, o, lse, key_mask, dq, dk, dv = args
     (do, dlse), _ = _per_query_block(
-        _tangent_rows, (q, o, lse, dq), (k, v, key_mask, dk, dv), options
+        _tangent_rows, (q, o, lse, dq), (k, v, key_mask, dk, dv), config
     )
     return do, dlse
 
 
-def vjp(*args: jax.Array, **options: Unpack[Options]) -> tuple[jax.Array, jax.Array, jax.Array]:
+def vjp(*args: jax.Array, config: Config) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The VJP (:func:`_vjp_rows`) of ``(q, k, v, o, lse, key_mask, g_o, g_lse)``: (g_q, g_k, g_v)
     in q's, k's, v's dtypes, ``block_q`` queries at a time, g_k and g_v summed over them."""
     q, k, v, o, lse, key_mask, g_o, g_lse = args
     rows = (q, o, lse, g_o, g_lse)
-    (g_q,), (g_k, g_v) = _per_query_block(_vjp_rows, rows, (k, v, key_mask), options, (k, v))
+    (g_q,), (g_k, g_v) = _per_query_block(_vjp_rows, rows, (k, v, key_mask), config, (k, v))
     return g_q.astype(q.dtype), g_k.astype(k.dtype), g_v.astype(v.dtype)
 
 

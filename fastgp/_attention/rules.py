@@ -4,7 +4,7 @@
     attention_tangent(q, k, v, o, lse, mask, dq, dk, dv)   -> (do, dlse)    linear in (dq, dk, dv)
     attention_vjp(q, k, v, o, lse, mask, g_o, g_lse)       -> (g_q, g_k, g_v) linear in (g_o, g_lse)
 
-Shapes as in ``fastgp._attention_blockwise`` (``bhtd``, padded; ``mask`` the (B, Tk) key mask).
+Shapes as in ``fastgp._attention.xla`` (``bhtd``, padded; ``mask`` the (B, Tk) key mask).
 
 The rules, each exact (derived in docs/kernels.md):
 
@@ -18,10 +18,10 @@ The rules, each exact (derived in docs/kernels.md):
   block memory.
 
 Each primitive runs the implementation that ``config.backend`` names: ``"xla"`` (the blockwise
-loops) or a Pallas kernel (``fastgp._attention_kernels``).
+loops) or a Pallas kernel (``fastgp._attention.binding``), on each device's shard
+(``fastgp._attention.sharding``).
 """
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,28 +30,9 @@ import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from fastgp import _attention_blockwise as blockwise
-from fastgp._attention_sharding import bind_per_device
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """Static parameters of one attention call (hashable: it is a primitive parameter)."""
-
-    scale: float
-    causal: bool
-    block_q: int
-    block_k: int
-    backend: str  # "xla", "pallas", "interpret" or "tpu-interpret"
-
-    def blockwise_kwargs(self) -> dict[str, Any]:
-        return {
-            "scale": self.scale,
-            "causal": self.causal,
-            "block_q": self.block_q,
-            "block_k": self.block_k,
-        }
-
+from fastgp._attention import xla
+from fastgp._attention.config import Config
+from fastgp._attention.sharding import bind_per_device
 
 Impl = Callable[..., tuple[jax.Array, ...]]
 _KERNEL_IMPLS: dict[str, Callable[[str, Config], Impl]] = {}
@@ -64,8 +45,8 @@ def register_kernel_backend(backend: str, impls: Callable[[str, Config], Impl]) 
 
 def _impl(name: str, config: Config) -> Impl:
     if config.backend == "xla":
-        fn = blockwise.PASSES[name]
-        return lambda *args: fn(*args, **config.blockwise_kwargs())
+        fn = xla.PASSES[name]
+        return lambda *args: fn(*args, config=config)
     return _KERNEL_IMPLS[config.backend](name, config)
 
 
@@ -73,21 +54,10 @@ def _new_primitive(name: str) -> Primitive:
     prim = Primitive(f"fastgp_attention_{name}")
     prim.multiple_results = True
     prim.def_impl(lambda *args, config: _impl(name, config)(*args))
-    lowered = mlir.lower_fun(
-        lambda *args, config: _impl(name, config)(*args), multiple_results=True
+    mlir.register_lowering(
+        prim,
+        mlir.lower_fun(lambda *args, config: _impl(name, config)(*args), multiple_results=True),
     )
-
-    def lowering(ctx: Any, *args: Any, config: Config) -> Any:
-        platforms = tuple(ctx.module_context.platforms)
-        if config.backend == "pallas" and platforms != ("tpu",):
-            raise ValueError(
-                f"fastgp.attention(backend='pallas') runs Mosaic TPU kernels, but this program "
-                f"is being lowered for {platforms}. Use backend='interpret' or 'tpu-interpret' "
-                "to run the kernels on CPU, 'xla' for the blockwise jnp loops, or 'auto'."
-            )
-        return lowered(ctx, *args, config=config)
-
-    mlir.register_lowering(prim, lowering)
     return prim
 
 
@@ -170,11 +140,10 @@ def _linear_pass_jvp(prim: Primitive, name: str, n_linear: int) -> Callable[...,
             along_linear = bind_per_device(prim, *primal_in, mask, *dense, config=config)
         along_primal = None
         if not _all_zero(primal_dot):
-            fn = blockwise.PASSES[name]
-            kwargs = config.blockwise_kwargs()
+            fn = xla.PASSES[name]
             primal_dense = tuple(ad.instantiate_zeros(t) for t in primal_dot)
             _, along_primal = jax.jvp(
-                lambda *p: fn(*p, mask, *linear, **kwargs), tuple(primal_in), primal_dense
+                lambda *p: fn(*p, mask, *linear, config=config), tuple(primal_in), primal_dense
             )
         if along_linear is None and along_primal is None:
             return out, [jnp.zeros_like(x) for x in out]
@@ -242,4 +211,4 @@ def attention_with_lse(
     return o, lse
 
 
-__all__ = ["Config", "attention_with_lse", "register_kernel_backend"]
+__all__ = ["attention_with_lse", "register_kernel_backend"]

@@ -4,14 +4,13 @@ Plain ``jnp`` on float32 (or float64) arrays of any matching shape; it runs afte
 sums of squares, whichever backend computed them.
 """
 
-from typing import Literal, TypeAlias, get_args
+from typing import get_args
 
 import jax
 import jax.numpy as jnp
 
-# The penalty kinds. Defined here, not in fastgp/, because the kernels import nothing from
-# fastgp; ``fastgp._typing.Kind`` is this alias.
-Kind: TypeAlias = Literal["wgan-gp", "wgan-lp", "r1"]
+from fastgp._typing import Kind
+
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 

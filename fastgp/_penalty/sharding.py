@@ -3,8 +3,8 @@
     per_device(block_sumsq, backend)(leaf) -> (B,) float32 sums of squares of a (B, ...) leaf
 
 ``block_sumsq`` is a kernel call on one device's (b, ...) block (it picks its own view of the
-block, see ``fastgp._backends``). How the wrapped call reaches it depends on the sharding mode of
-the program being traced:
+block, see ``fastgp._penalty.binding``). How the wrapped call reaches it depends on the sharding
+mode of the program being traced (``fastgp._sharding``):
 
     mode (recognised by the mesh's axis types)      mechanism
     inside shard_map (every axis Manual)            the kernel on the local block, as written
@@ -33,34 +33,21 @@ from typing import Any
 import jax
 from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
-from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fastgp._refusals import refuse_when_lowered
+from fastgp._sharding import Spec, axes_of, full_spec, mesh_of, mode_of, spec_of
+
 BlockSumsq = Callable[[jax.Array], jax.Array]  # (b, ...) block -> (b,) sums of squares
-Spec = tuple[Any, ...]  # a PartitionSpec's entries: None, a mesh axis name, or a tuple of names
 
 
 # --- PartitionSpec arithmetic -------------------------------------------------------------------
 
 
-def _axes(entry: str | tuple[str, ...] | None) -> tuple[str, ...]:
-    """The mesh axes of one PartitionSpec entry (None, a name, or a tuple of names)."""
-    if entry is None:
-        return ()
-    return tuple(entry) if isinstance(entry, tuple) else (entry,)
-
-
-def full_spec(spec: Iterable[Any], ndim: int) -> Spec:
-    """``spec`` padded with None to one entry per array dimension."""
-    spec = tuple(spec)
-    return spec + (None,) * (ndim - len(spec))
-
-
 def reduced_mesh_axes(spec: Sequence[Any]) -> tuple[str, ...]:
     """The mesh axes that split a reduced (non-batch) dimension: the psum the sums need."""
-    return tuple(axis for entry in spec[1:] for axis in _axes(entry))
+    return tuple(axis for entry in spec[1:] for axis in axes_of(entry))
 
 
 def _describe(shape: Sequence[int], spec: Iterable[Any]) -> str:
@@ -76,7 +63,7 @@ def check_even(
     for dim, (size, entry) in enumerate(zip(shape, spec, strict=False)):
         if dim == 0:
             continue
-        shards = math.prod(axis_sizes[axis] for axis in _axes(entry))
+        shards = math.prod(axis_sizes[axis] for axis in axes_of(entry))
         if size % shards:
             raise ValueError(
                 f"backend={backend!r}: {_describe(shape, spec)} splits dimension {dim} "
@@ -103,11 +90,11 @@ def _block_sums(block_sumsq: BlockSumsq, spec: Sequence[Any]) -> BlockSumsq:
 def _explicit(
     block_sumsq: BlockSumsq, leaf: jax.Array, mesh: Mesh | AbstractMesh, backend: str
 ) -> jax.Array:
-    spec = full_spec(jax.typeof(leaf).sharding.spec, leaf.ndim)
+    spec = spec_of(leaf)
     check_even(leaf.shape, spec, mesh.shape, backend)
     # check_vma=False: this shard_map is only ever on the primal path (the derivative is the jnp
-    # custom_jvp of fastgp._rowops), and generic interpret mode cannot carry varying manual-axis
-    # types through its while loop (JAX 0.10.2).
+    # custom_jvp of ``rowops``), and generic interpret mode cannot carry varying manual-axis types
+    # through its while loop (JAX 0.10.2).
     return jax.shard_map(
         _block_sums(block_sumsq, spec),
         mesh=mesh,
@@ -118,41 +105,6 @@ def _explicit(
 
 
 # --- Refusals, checked when the program is lowered ---------------------------------------------
-
-# A pass-through whose lowering refuses an Auto-sharded program over several devices: always for
-# kernels that custom_partitioning cannot carry, and under jax.export for the rest (an exported
-# program cannot hold custom_partitioning's Python callbacks).
-_unpartitioned_p = Primitive("fastgp_requires_unpartitioned")
-_unpartitioned_p.def_abstract_eval(lambda x, *, message, export_only: x)
-# Eagerly, as a jitted program on the array's own devices, so the lowering sees them too.
-_unpartitioned_p.def_impl(
-    lambda x, **params: jax.jit(lambda y: _unpartitioned_p.bind(y, **params))(x)
-)
-# Differentiable as the identity (the tangent needs no refusal of its own: the primal has one).
-ad.primitive_jvps[_unpartitioned_p] = lambda primals, tangents, **params: (
-    _unpartitioned_p.bind(primals[0], **params),
-    tangents[0],
-)
-batching.primitive_batchers[_unpartitioned_p] = lambda args, dims, **params: (
-    _unpartitioned_p.bind(*args, **params),
-    dims[0],
-)
-
-
-def _lower_unpartitioned(ctx: Any, x: Any, *, message: str, export_only: bool) -> list[Any]:
-    several = getattr(ctx.module_context.axis_context, "num_devices", 1) > 1
-    exporting = ctx.module_context.lowering_parameters.for_export
-    if several and (exporting or not export_only):
-        raise ValueError(message)
-    return [x]
-
-
-mlir.register_lowering(_unpartitioned_p, _lower_unpartitioned)
-
-
-def _refuse_when_lowered(leaf: jax.Array, message: str, export_only: bool = False) -> jax.Array:
-    return _unpartitioned_p.bind(leaf, message=message, export_only=export_only)
-
 
 # Why a kernel cannot be custom-partitioned, where it cannot: completes "...; it cannot run ..."
 HOST_CALLBACKS = (
@@ -178,7 +130,7 @@ def _single_device_only(block_sumsq: BlockSumsq, backend: str, reason: str) -> B
             else ""
         )
     )
-    return lambda leaf: block_sumsq(_refuse_when_lowered(leaf, message))
+    return lambda leaf: block_sumsq(refuse_when_lowered(leaf, message, "partitioned"))
 
 
 # --- Auto sharding: the partitioner decides and calls back --------------------------------------
@@ -245,7 +197,7 @@ def _auto(block_sumsq: BlockSumsq, backend: str) -> BlockSumsq:
         f"jax.set_mesh), where the kernel runs in a shard_map, or use backend='auto'."
     )
     return _merging_vmapped_batches(
-        lambda leaf: partitioned(_refuse_when_lowered(leaf, export_message, export_only=True))
+        lambda leaf: partitioned(refuse_when_lowered(leaf, export_message, "exported-partitioned"))
     )
 
 
@@ -272,11 +224,6 @@ def _merging_vmapped_batches(sumsq: BlockSumsq) -> BlockSumsq:
 # --- Dispatch on the sharding mode --------------------------------------------------------------
 
 
-def _mesh_of(leaf: jax.Array) -> Mesh | AbstractMesh:
-    mesh = jax.typeof(leaf).sharding.mesh
-    return mesh if not mesh.empty else jax.sharding.get_abstract_mesh()
-
-
 def per_device(
     block_sumsq: BlockSumsq, backend: str, *, unpartitionable: str | None = None
 ) -> BlockSumsq:
@@ -298,23 +245,12 @@ def per_device(
         auto = _single_device_only(block_sumsq, backend, unpartitionable)
 
     def sumsq(leaf: jax.Array) -> jax.Array:
-        mesh = _mesh_of(leaf)
-        types = frozenset(mesh.axis_types) if not mesh.empty else frozenset()
-        if types == {AxisType.Manual}:
+        mode = mode_of(leaf, f"backend={backend!r}")
+        if mode == "manual":
             return block_sumsq(leaf)
-        if types <= {AxisType.Auto}:
-            return auto(leaf)
-        if types == {AxisType.Explicit}:
-            return _explicit(block_sumsq, leaf, mesh, backend)
-        spec = full_spec(jax.typeof(leaf).sharding.spec, leaf.ndim)
-        axis_types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
-        raise ValueError(
-            f"backend={backend!r}: {_describe(leaf.shape, spec)} is traced on a mesh with axis "
-            f"types {axis_types}; the kernel partitions itself "
-            f"when every axis is Auto, every axis is Explicit, or inside a shard_map over every "
-            f"axis. Make the shard_map cover every mesh axis, use one axis type, or use "
-            f"backend='xla'."
-        )
+        if mode == "explicit":
+            return _explicit(block_sumsq, leaf, mesh_of(leaf), backend)
+        return auto(leaf)
 
     return sumsq
 
@@ -323,7 +259,6 @@ __all__ = [
     "HOST_CALLBACKS",
     "NO_TPU_PARTITIONER",
     "check_even",
-    "full_spec",
     "per_device",
     "reduced_mesh_axes",
 ]

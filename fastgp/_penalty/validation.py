@@ -8,17 +8,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fastgp._backends import BACKENDS
-from fastgp._interpret_mode import check_backend_for_manual_axes
+from fastgp._backends import BACKENDS, check_backend_for_manual_axes
+from fastgp._penalty.kinds import KINDS
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
 from fastgp.distributed import varying_axes
-from fastgp.kernels import KINDS
 
 
 def leaves_of(tree: PyTree, what: str) -> tuple[tuple[jax.Array, ...], int]:
     """The leaves of a pytree of (B, ...) float arrays, as a tuple in their own shapes, and B.
 
-    Leaves are not reshaped: a kernel reads each in its own layout (see ``fastgp._backends``)."""
+    Leaves are not reshaped: a kernel reads each in its own layout (see ``binding``)."""
     leaves = jax.tree.leaves(tree)
     if not leaves:
         raise ValueError(f"{what} is an empty pytree; expected at least one (B, ...) array")

@@ -27,10 +27,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from .tiling import LANES, SUBLANES, Blocks, current_generation, lane_blocks, row_blocks
-
-Ref = Any  # a Pallas reference to a block in VMEM (or in HBM)
-Interpret = bool | pltpu.InterpretParams  # Pallas interpret mode: off, generic, or TPU
+from ..tiling import LANES, SUBLANES
+from ..types import Interpret, Ref
+from .tiling import Blocks
 
 
 def _lane_partial_sums(x: jax.Array) -> jax.Array:
@@ -151,22 +150,18 @@ def _call(
 
 
 @functools.partial(jax.jit, static_argnames=("blocks", "interpret"))
-def row_sumsq(
-    g: jax.Array, *, blocks: Blocks | None = None, interpret: Interpret = False
-) -> jax.Array:
+def row_sumsq(g: jax.Array, *, blocks: Blocks, interpret: Interpret = False) -> jax.Array:
     """Per-sample sums of squares of a (B, D) leaf stored row-major (batch along the sublanes).
 
     Args:
       g: (B, D) float array (f32, bf16, f16).
-      blocks: tiling override (default ``row_blocks`` for the current generation).
+      blocks: the tiling (``tiling.row_blocks``).
       interpret: Pallas interpret mode (True or ``pltpu.InterpretParams``).
 
     Returns:
       (B,) float32.
     """
     batch, features = g.shape
-    if blocks is None:
-        blocks = row_blocks(batch, features, g.dtype.itemsize, current_generation())
     grid = _Grid(batch, features, blocks)
     return _call(
         _rows_kernel,
@@ -181,9 +176,7 @@ def row_sumsq(
 
 
 @functools.partial(jax.jit, static_argnames=("blocks", "interpret"))
-def lane_sumsq(
-    g: jax.Array, *, blocks: Blocks | None = None, interpret: Interpret = False
-) -> jax.Array:
+def lane_sumsq(g: jax.Array, *, blocks: Blocks, interpret: Interpret = False) -> jax.Array:
     """Per-sample sums of squares of a leaf stored batch-minor: (..., S, B), batch along the lanes.
 
     The leading axes are merged into one (M, S, B) view, which keeps the tiled layout of the last
@@ -191,7 +184,7 @@ def lane_sumsq(
 
     Args:
       g: (..., S, B) float array (f32, bf16, f16), at least 2-D; B is the batch.
-      blocks: tiling override (default ``lane_blocks`` for the current generation).
+      blocks: the tiling (``tiling.lane_blocks``).
       interpret: Pallas interpret mode (True or ``pltpu.InterpretParams``).
 
     Returns:
@@ -200,8 +193,6 @@ def lane_sumsq(
     *lead, sublanes, batch = g.shape
     rows = math.prod(lead)
     view = g.reshape(rows, sublanes, batch)
-    if blocks is None:
-        blocks = lane_blocks(rows, sublanes, batch, current_generation())
     grid = _Grid(batch, rows, blocks)
     return _call(
         _lanes_kernel,

@@ -22,9 +22,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fastgp import _validation as validation
 from fastgp._critic_ops import naming_first_order_only_ops
-from fastgp._rowops import norms_and_penalties, row_scale
+from fastgp._penalty import validation
+from fastgp._penalty.rowops import norms_and_penalties, row_scale
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
 from fastgp.distributed import global_count, global_mean
 

@@ -2,7 +2,7 @@
 
     bind_per_device(prim, *args, config) -> the primitive's results
 
-Arguments are the ``bhtd`` arrays of ``fastgp._attention_rules`` and the (B, Tk) key mask. A
+Arguments are the ``bhtd`` arrays of ``fastgp._attention.rules`` and the (B, Tk) key mask. A
 per-(batch, head) op partitions trivially over B and H; the sequence and feature axes must be
 whole on each device. The XLA backend is left to the partitioner (it partitions the blockwise
 loops itself). For the kernels:
@@ -11,6 +11,8 @@ loops itself). For the kernels:
 * explicit axes: a ``shard_map`` over the arrays' mesh, batch and head axes as they are sharded;
 * Auto-sharded ``jax.jit`` over several devices: refused when lowered, with an error naming the
   ways out (custom_partitioning cannot carry a Mosaic call, as for the norm kernels).
+
+``"pallas"`` lowered for any platform but TPU is refused too (``fastgp._refusals``).
 """
 
 from collections.abc import Sequence
@@ -18,11 +20,17 @@ from typing import Any
 
 import jax
 from jax.extend.core import Primitive
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp._partitioning import _refuse_when_lowered, full_spec
+from fastgp._refusals import refuse_when_lowered
+from fastgp._sharding import mesh_of, mode_of, spec_of
 
+_OFF_TPU_MESSAGE = (
+    "fastgp.attention(backend='pallas') runs Mosaic TPU kernels, but this program is being "
+    "lowered for another platform. Use backend='interpret' or 'tpu-interpret' to run the "
+    "kernels on CPU, 'xla' for the blockwise jnp loops, or 'auto'."
+)
 _AUTO_MESSAGE = (
     "fastgp.attention(backend={backend!r}) cannot run its kernels on this Auto-sharded program "
     "over several devices: custom_partitioning cannot carry a Mosaic call, so each device would "
@@ -32,17 +40,13 @@ _AUTO_MESSAGE = (
 )
 
 
-def _spec_of(x: jax.Array) -> tuple[Any, ...]:
-    return full_spec(jax.typeof(x).sharding.spec, x.ndim)
-
-
 def _specs(args: Sequence[jax.Array], backend: str) -> tuple[Any, Any, list[P]]:
     """(batch axes, head axes, in_specs), refusing a sharded sequence or feature axis."""
-    q_spec = _spec_of(args[0])
+    q_spec = spec_of(args[0])
     batch, heads = q_spec[0], q_spec[1]
     specs = []
     for i, x in enumerate(args):
-        spec = _spec_of(x)
+        spec = spec_of(x)
         if x.ndim == 2:  # the key mask (B, Tk)
             whole = spec[1:]
             specs.append(P(batch, None))
@@ -79,36 +83,31 @@ def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.
     """``prim.bind(*args, config=config)`` with the kernel run per device (see the module)."""
     if config.backend == "xla":
         return prim.bind(*args, config=config)
-    mesh = jax.typeof(args[0]).sharding.mesh
-    if mesh.empty:
-        mesh = jax.sharding.get_abstract_mesh()
-    types = frozenset(mesh.axis_types) if not mesh.empty else frozenset()
-    if not types or types <= {AxisType.Auto}:
-        first = _refuse_when_lowered(args[0], _AUTO_MESSAGE.format(backend=config.backend))
+    if config.backend == "pallas":
+        args = (refuse_when_lowered(args[0], _OFF_TPU_MESSAGE, "off-tpu"), *args[1:])
+    mode = mode_of(args[0], f"fastgp.attention(backend={config.backend!r})")
+    if mode == "auto":
+        message = _AUTO_MESSAGE.format(backend=config.backend)
+        first = refuse_when_lowered(args[0], message, "partitioned")
         return prim.bind(first, *args[1:], config=config)
-    if types == {AxisType.Manual}:
+    if mode == "manual":
         return prim.bind(*_varying_alike(args), config=config)
-    if types == {AxisType.Explicit}:
-        batch, heads, in_specs = _specs(args, config.backend)
-        # operands sharded otherwise over batch or heads (a replicated mask) follow q
-        args = tuple(
-            a if _spec_of(a) == tuple(spec) else jax.sharding.reshard(a, NamedSharding(mesh, spec))
-            for a, spec in zip(args, in_specs, strict=True)
-        )
-        out_avals = prim.abstract_eval(*(jax.typeof(a) for a in args), config=config)[0]
-        out_specs = [P(batch, heads, *([None] * (len(a.shape) - 2))) for a in out_avals]
-        run = jax.shard_map(
-            lambda *a: prim.bind(*a, config=config),
-            mesh=mesh,
-            in_specs=tuple(in_specs),
-            out_specs=out_specs,
-        )
-        return list(run(*args))
-    raise ValueError(
-        f"fastgp.attention(backend={config.backend!r}) is traced on a mesh with axis types "
-        f"{dict(zip(mesh.axis_names, mesh.axis_types, strict=True))}; its kernels run per device "
-        "when every axis is Auto, every axis is Explicit, or inside a shard_map over every axis."
+    mesh = mesh_of(args[0])
+    batch, heads, in_specs = _specs(args, config.backend)
+    # operands sharded otherwise over batch or heads (a replicated mask) follow q
+    args = tuple(
+        a if spec_of(a) == tuple(spec) else jax.sharding.reshard(a, NamedSharding(mesh, spec))
+        for a, spec in zip(args, in_specs, strict=True)
     )
+    out_avals = prim.abstract_eval(*(jax.typeof(a) for a in args), config=config)[0]
+    out_specs = [P(batch, heads, *([None] * (len(a.shape) - 2))) for a in out_avals]
+    run = jax.shard_map(
+        lambda *a: prim.bind(*a, config=config),
+        mesh=mesh,
+        in_specs=tuple(in_specs),
+        out_specs=out_specs,
+    )
+    return list(run(*args))
 
 
 __all__ = ["bind_per_device"]

@@ -1,4 +1,4 @@
-"""Block sizes for the attention kernels (``attention_tpu``), chosen per TPU generation.
+"""Block sizes for the attention kernels (forward, tangent, vjp), chosen per TPU generation.
 
 One (block_q, block_k) pair serves every kernel of the family (forward, tangent, both VJP
 kernels), so the caller pads Tq and Tk once. Three figures of the chip set it:
@@ -27,9 +27,7 @@ smallest of each figure over the supported generations, which compiles on all of
 import dataclasses
 import functools
 
-from jax.experimental.pallas import tpu as pltpu
-
-from .tiling import LANES, SUBLANES, SUPPORTED_GENERATIONS
+from ..tiling import LANES, SUBLANES, SUPPORTED_GENERATIONS, chip_info, round_up, sublane_packing
 
 MIN_BLOCK_Q = 256
 MAX_BLOCK_Q = 1024
@@ -39,16 +37,12 @@ RIDGE_MARGIN = 2  # block_q at twice the ridge point: K/V streaming under half t
 
 
 @dataclasses.dataclass(frozen=True)
-class FlashBlocks:
+class Blocks:
     """Query rows and key columns per block, and the scoped-VMEM limit to compile with."""
 
     block_q: int
     block_k: int
     vmem_limit_bytes: int
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 def vmem_bytes(block_q: int, block_k: int, d: int, itemsize: int) -> int:
@@ -60,11 +54,11 @@ def vmem_bytes(block_q: int, block_k: int, d: int, itemsize: int) -> int:
 
 
 @functools.cache
-def _generation_blocks(generation: str, itemsize: int, d: int) -> FlashBlocks:
-    info = pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(generation), 1)
+def _generation_blocks(generation: str, itemsize: int, d: int) -> Blocks:
+    info = chip_info(generation)
     granule = info.mxu_column_size
     ridge = info.bf16_ops_per_second / info.mem_bw_bytes_per_second
-    block_q = _round_up(int(RIDGE_MARGIN * ridge * itemsize / 2), granule)
+    block_q = round_up(int(RIDGE_MARGIN * ridge * itemsize / 2), granule)
     block_q = min(max(block_q, MIN_BLOCK_Q), MAX_BLOCK_Q)
     block_k = BLOCK_K
     limit = info.vmem_capacity_bytes * 3 // 4
@@ -75,21 +69,19 @@ def _generation_blocks(generation: str, itemsize: int, d: int) -> FlashBlocks:
             block_k = max(LANES, block_k // 2 // LANES * LANES)
         else:
             break
-    return FlashBlocks(block_q, block_k, limit)
+    return Blocks(block_q, block_k, limit)
 
 
 def _fit(length: int, target: int, itemsize: int) -> int:
     if length < LANES:
-        return _round_up(max(length, 1), SUBLANES * max(1, 4 // itemsize))
+        return round_up(max(length, 1), sublane_packing(itemsize))
     if length <= target:
-        return _round_up(length, LANES)
+        return round_up(length, LANES)
     steps = -(-length // target)
-    return _round_up(-(-length // steps), LANES)
+    return round_up(-(-length // steps), LANES)
 
 
-def flash_blocks(
-    tq: int, tk: int, d: int, dtype_itemsize: int, generation: str | None = None
-) -> FlashBlocks:
+def blocks(tq: int, tk: int, d: int, dtype_itemsize: int, generation: str | None = None) -> Blocks:
     """Blocks for Tq queries and Tk keys of head dimension ``d`` (``dtype_itemsize``-byte inputs).
 
     The caller pads Tq up to a multiple of ``block_q`` and Tk up to one of ``block_k`` (marking
@@ -98,14 +90,14 @@ def flash_blocks(
     """
     if generation is None:
         each = [_generation_blocks(g, dtype_itemsize, d) for g in SUPPORTED_GENERATIONS]
-        target = FlashBlocks(
+        target = Blocks(
             min(b.block_q for b in each),
             min(b.block_k for b in each),
             min(b.vmem_limit_bytes for b in each),
         )
     else:
         target = _generation_blocks(generation, dtype_itemsize, d)
-    return FlashBlocks(
+    return Blocks(
         _fit(tq, target.block_q, dtype_itemsize),
         _fit(tk, target.block_k, dtype_itemsize),
         target.vmem_limit_bytes,

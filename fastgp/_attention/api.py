@@ -8,30 +8,25 @@ key-padding mask: (B, Tk) or (B, 1, 1, Tk) booleans, True for a key to attend to
 lets query i see keys j <= i. A query with no key to attend to gets zeros.
 
 The forward, its JVP, its VJP and every higher derivative run blockwise over key blocks: no
-T_q x T_k array is written to memory (``fastgp._attention_rules``). The keyword arguments that
+T_q x T_k array is written to memory (``fastgp._attention.rules``). The keyword arguments that
 Flax passes to an ``attention_fn`` are accepted, so ``nnx.MultiHeadAttention(...,
 attention_fn=fastgp.attention)`` works; dropout on the attention weights and a bias are refused.
 """
 
-import contextlib
-import contextvars
-from collections.abc import Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from einops import rearrange
 
-from fastgp import _attention_rules as rules
-from fastgp._attention_kernels import blocks as kernel_blocks
+from fastgp import _backends as backends
+from fastgp._attention import rules
+from fastgp._attention.binding import blocks as kernel_blocks
+from fastgp._attention.config import Config
+from fastgp._typing import Backend
+from fastgp.kernels.tiling import round_up
 
-ATTENTION_BACKENDS = ("auto", "pallas", "interpret", "tpu-interpret", "xla")
 XLA_BLOCK = 512  # queries and keys per step of the blockwise loops: (512, 512) score tiles
-LANES = 128
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
@@ -105,36 +100,10 @@ def _refuse_unsupported(flax_kwargs: dict[str, Any]) -> None:
         )
 
 
-# What backend="auto" means where it is traced: XLA, unless attention_backend says otherwise.
-_AUTO = contextvars.ContextVar("fastgp_attention_auto_backend", default="xla")
-
-
-@contextlib.contextmanager
-def attention_backend(backend: str) -> Iterator[None]:
-    """While tracing inside this block, ``attention(backend="auto")`` runs ``backend``: how
-    ``fastgp.autotune`` tries each attention backend in a critic it does not own. It acts when a
-    function is traced: a jitted function already traced keeps the backend it was traced with."""
-    if backend not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {backend!r}; expected {ATTENTION_BACKENDS}")
-    token = _AUTO.set("xla" if backend == "auto" else backend)
-    try:
-        yield
-    finally:
-        _AUTO.reset(token)
-
-
-def _resolve(backend: str) -> str:
-    if backend not in ATTENTION_BACKENDS:
-        raise ValueError(
-            f"fastgp.attention: unknown backend {backend!r}; expected one of {ATTENTION_BACKENDS}"
-        )
-    return _AUTO.get() if backend == "auto" else backend
-
-
-def _blocks(backend: str, tq: int, tk: int, d: int, itemsize: int) -> tuple[int, int]:
+def _blocks(backend: Backend, tq: int, tk: int, d: int, itemsize: int) -> tuple[int, int]:
     """(block_q, block_k): the kernel's tiling, or the XLA loop's keys per step."""
     if backend == "xla":
-        return min(XLA_BLOCK, _round_up(tq, 8)), min(XLA_BLOCK, _round_up(tk, 8))
+        return min(XLA_BLOCK, round_up(tq, 8)), min(XLA_BLOCK, round_up(tk, 8))
     return kernel_blocks(backend, tq, tk, d, itemsize)
 
 
@@ -156,7 +125,7 @@ def attention(
       scale: the score scale, 1/sqrt(D) by default.
       mask: (B, Tk) or (B, 1, 1, Tk) bool key-padding mask, True to attend.
       is_causal: query i attends to keys j <= i.
-      backend: ``"auto"`` (XLA today, or what :func:`attention_backend` sets), ``"pallas"``
+      backend: ``"auto"`` (XLA today, or what ``fastgp.attention_backend`` sets), ``"pallas"``
         (Mosaic TPU kernels), ``"interpret"`` or ``"tpu-interpret"`` (the kernels on CPU) or
         ``"xla"`` (the blockwise jnp loops).
       **flax_kwargs: the rest of Flax's ``attention_fn`` keywords (``dtype`` casts q, k, v).
@@ -165,24 +134,24 @@ def attention(
     if flax_kwargs.get("dtype") is not None:
         q, k, v = (x.astype(flax_kwargs["dtype"]) for x in (q, k, v))
     _check_inputs(q, k, v)
-    backend = _resolve(backend)
+    resolved = backends.resolve("attention", backend)
     batch, tq, _, d = q.shape
     tk = k.shape[1]
     key_mask = key_mask_of(mask, batch, tk)
     scale = float(d**-0.5 if scale is None else scale)
-    block_q, block_k = _blocks(backend, tq, tk, d, jnp.dtype(q.dtype).itemsize)
-    tq_pad, tk_pad = _round_up(tq, block_q), _round_up(tk, block_k)
+    block_q, block_k = _blocks(resolved, tq, tk, d, jnp.dtype(q.dtype).itemsize)
+    tq_pad, tk_pad = round_up(tq, block_q), round_up(tk, block_k)
 
     def padded(x: jax.Array, length: int) -> jax.Array:
         x = rearrange(x, "b t h d -> b h t d")
         return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
 
     key_mask = jnp.pad(key_mask, ((0, 0), (0, tk_pad - tk)))
-    config = rules.Config(scale, bool(is_causal), block_q, block_k, backend)
+    config = Config(scale, bool(is_causal), block_q, block_k, resolved)
     o, _ = rules.attention_with_lse(
         padded(q, tq_pad), padded(k, tk_pad), padded(v, tk_pad), key_mask, config
     )
     return rearrange(o[:, :, :tq], "b h t d -> b t h d")
 
 
-__all__ = ["ATTENTION_BACKENDS", "attention", "attention_backend", "key_mask_of"]
+__all__ = ["attention", "key_mask_of"]

@@ -1,0 +1,210 @@
+"""What the attention kernels share: the grid layout, block specs, matmul and row helpers."""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from ..tiling import LANES
+
+NEG = -1e30  # a float32 "minus infinity": exp(NEG - x) == 0 for any moderate x, and no inf - inf
+NT = (((1,), (1,)), ((), ()))  # contract the last dims: a @ b.T
+NN = (((1,), (0,)), ((), ()))  # a @ b
+
+
+def nt(a: jax.Array, b: jax.Array) -> jax.Array:
+    return lax.dot_general(a, b, NT, preferred_element_type=jnp.float32)
+
+
+def nn(a: jax.Array, b: jax.Array) -> jax.Array:
+    return lax.dot_general(a, b, NN, preferred_element_type=jnp.float32)
+
+
+def lanes(x: jax.Array, n: int) -> jax.Array:
+    """A (rows, 128) lane-broadcast column as (rows, n)."""
+    if n == LANES:
+        return x
+    if n < LANES:
+        return x[:, :n]
+    reps = -(-n // LANES)
+    tiled = jnp.tile(x, (1, reps))
+    return tiled if n == reps * LANES else tiled[:, :n]
+
+
+def row_to_col(row: jax.Array) -> jax.Array:
+    """A (1, n) lane-dense row as a (n, 128) lane-broadcast column."""
+    return jnp.broadcast_to(row, (LANES, row.shape[1])).T
+
+
+def col_to_row(col: jax.Array) -> jax.Array:
+    """A (n, 128) lane-broadcast column as a (1, n) lane-dense row."""
+    return col.T[:1, :]
+
+
+def when(cond: jax.Array | bool, body: Callable[[], None]) -> None:
+    if cond is True:
+        body()
+    else:
+        pl.when(cond)(body)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Shapes, blocks and the causal block arithmetic shared by the four kernels."""
+
+    batch: int
+    heads: int
+    tq: int
+    tk: int
+    d: int
+    dv: int
+    bq: int
+    bk: int
+    causal: bool
+
+    @property
+    def nq(self) -> int:
+        return self.tq // self.bq
+
+    @property
+    def nk(self) -> int:
+        return self.tk // self.bk
+
+    # lax.div, not //: jnp's floor division lowers through sign(), which Mosaic lowers only when
+    # the compiling host is itself a TPU (operands here are non-negative, so they agree).
+    def last_k(self, i: jax.Array) -> jax.Array:
+        """The last key block that query block i sees (causal)."""
+        return lax.div(i * self.bq + (self.bq - 1), self.bk)
+
+    def first_q(self, j: jax.Array) -> jax.Array:
+        """The first query block that sees key block j (causal)."""
+        return lax.div(j * self.bk, self.bq)
+
+    def visits(self, i: jax.Array, j: jax.Array) -> jax.Array | bool:
+        """Whether block (query i, key j) holds a visible pair: j * bk <= i * bq + bq - 1."""
+        return j * self.bk <= i * self.bq + (self.bq - 1) if self.causal else True
+
+    def k_index(self, i: jax.Array, j: jax.Array) -> jax.Array:
+        """Key block to fetch at query-major step (i, j): a skipped block repeats the last used."""
+        return jnp.minimum(j, self.last_k(i)) if self.causal else j
+
+    def q_index(self, j: jax.Array, i: jax.Array) -> jax.Array:
+        """Query block to fetch at key-major step (j, i): a skipped block is the first used."""
+        if not self.causal:
+            return i
+        return jnp.minimum(jnp.maximum(i, self.first_q(j)), self.nq - 1)
+
+    def visited(self) -> int:
+        """Visited (query block, key block) pairs per (b, h)."""
+        if not self.causal:
+            return self.nq * self.nk
+        return sum(min(self.nk, (i * self.bq + self.bq - 1) // self.bk + 1) for i in range(self.nq))
+
+    def elements(self) -> int:
+        return self.batch * self.heads * self.visited() * self.bq * self.bk
+
+    def streamed(self) -> int:
+        """Block fetches of the streamed side over the whole grid."""
+        return self.batch * self.heads * self.visited()
+
+    def valid(self, key_row: jax.Array, i: jax.Array, j: jax.Array) -> jax.Array:
+        """(bq, bk) validity of a query-major score tile from the (1, bk) int32 key mask."""
+        shape = (self.bq, self.bk)
+        valid = jnp.broadcast_to(key_row, shape) != 0
+        if self.causal:
+            row = i * self.bq + lax.broadcasted_iota(jnp.int32, shape, 0)
+            col = j * self.bk + lax.broadcasted_iota(jnp.int32, shape, 1)
+            valid = jnp.logical_and(valid, col <= row)
+        return valid
+
+    def valid_t(self, key_col: jax.Array, j: jax.Array, i: jax.Array) -> jax.Array:
+        """(bk, bq) validity of a transposed tile from the (bk, 128) float32 key-mask column."""
+        shape = (self.bk, self.bq)
+        valid = lanes(key_col, self.bq) > 0.5
+        if self.causal:
+            key = j * self.bk + lax.broadcasted_iota(jnp.int32, shape, 0)
+            query = i * self.bq + lax.broadcasted_iota(jnp.int32, shape, 1)
+            valid = jnp.logical_and(valid, key <= query)
+        return valid
+
+
+def layout(
+    q: jax.Array, k: jax.Array, v: jax.Array, block_q: int, block_k: int, causal: bool
+) -> Layout:
+    batch, heads, tq, d = q.shape
+    tk, dv = k.shape[2], v.shape[3]
+    return Layout(batch, heads, tq, tk, d, dv, min(block_q, tq), min(block_k, tk), causal)
+
+
+def nbytes(*arrays: jax.Array) -> int:
+    return sum(a.size * a.dtype.itemsize for a in arrays)
+
+
+def compiler_params(vmem_limit_bytes: int | None) -> pltpu.CompilerParams:
+    return pltpu.CompilerParams(
+        dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
+        vmem_limit_bytes=vmem_limit_bytes,
+    )
+
+
+def out(shape: tuple[int, ...], dtype: Any, like: jax.Array) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=jax.typeof(like).manual_axis_type)
+
+
+# --- Block specs ----------------------------------------------------------------------------
+# Query-major grid (b, h, i, j); key-major grid (b, h, j, i).
+
+
+def q_rows(lay: Layout, width: int) -> pl.BlockSpec:  # (B, H, Tq, width), query-major
+    return pl.BlockSpec((None, None, lay.bq, width), lambda b, h, i, j: (b, h, i, 0))
+
+
+def q_stat(lay: Layout) -> pl.BlockSpec:  # (B, H, 1, Tq), query-major
+    return pl.BlockSpec((None, None, 1, lay.bq), lambda b, h, i, j: (b, h, 0, i))
+
+
+def k_rows_streamed(lay: Layout, width: int) -> pl.BlockSpec:  # (B, H, Tk, width)
+    return pl.BlockSpec(
+        (None, None, lay.bk, width), lambda b, h, i, j: (b, h, lay.k_index(i, j), 0)
+    )
+
+
+def k_mask_streamed(lay: Layout) -> pl.BlockSpec:  # (B, 1, Tk)
+    return pl.BlockSpec((None, 1, lay.bk), lambda b, h, i, j: (b, 0, lay.k_index(i, j)))
+
+
+def k_rows(lay: Layout, width: int) -> pl.BlockSpec:  # (B, H, Tk, width), key-major
+    return pl.BlockSpec((None, None, lay.bk, width), lambda b, h, j, i: (b, h, j, 0))
+
+
+def k_mask(lay: Layout) -> pl.BlockSpec:  # (B, 1, Tk), key-major
+    return pl.BlockSpec((None, 1, lay.bk), lambda b, h, j, i: (b, 0, j))
+
+
+def q_rows_streamed(lay: Layout, width: int) -> pl.BlockSpec:  # (B, H, Tq, width), key-major
+    return pl.BlockSpec(
+        (None, None, lay.bq, width), lambda b, h, j, i: (b, h, lay.q_index(j, i), 0)
+    )
+
+
+def q_stat_streamed(lay: Layout) -> pl.BlockSpec:  # (B, H, 1, Tq), key-major
+    return pl.BlockSpec((None, None, 1, lay.bq), lambda b, h, j, i: (b, h, 0, lay.q_index(j, i)))
+
+
+# --- Entry points ---------------------------------------------------------------------------
+
+STATIC = ("scale", "causal", "block_q", "block_k", "interpret", "vmem_limit_bytes")
+
+
+def stat_rows(x: jax.Array) -> jax.Array:
+    """(B, H, T) -> (B, H, 1, T) float32, the lane-dense layout the kernels read."""
+    return x.astype(jnp.float32).reshape(x.shape[0], x.shape[1], 1, x.shape[2])
+
+
+def key_rows(key_mask: jax.Array) -> jax.Array:
+    return key_mask.astype(jnp.int32).reshape(key_mask.shape[0], 1, key_mask.shape[1])
