@@ -1,10 +1,18 @@
-"""Global-batch reductions inside ``shard_map``, and the check that a mesh axis is not forgotten.
+"""Global-batch reductions inside ``shard_map``, and the check that no mesh axis is forgotten.
 
-``axis_name`` is the data axis (or tuple of axes) the batch is split over:
+Inside ``shard_map`` a mesh axis that the data varies over splits either the batch or each sample:
+
+``axis_name``: the axes (a name or a tuple) that split the **batch**; the mean is over them.
 
     None        not inside shard_map, or data that does not vary over any manual mesh axis
     "data"      the mean is over the global batch: psum of local sums over psum of local counts
     ()          a deliberate per-shard penalty: no collectives, even on sharded data
+
+``sample_axis_name``: the axes that split **each sample** (its tokens, rows or features, as
+sequence parallelism does); a sample's squared gradient is summed over them inside its norm.
+
+Data that varies over a manual axis that neither names is an error naming that axis
+(:func:`require_axis_name`), unless ``axis_name=()`` asks for a per-shard value.
 """
 
 import jax
@@ -29,37 +37,56 @@ def require_axis_name(
     tree: PyTree,
     axis_name: AxisName,
     what: str,
-    consequence: str = "the mean would be over this shard only",
+    consequence: str = "the penalty would treat each shard's slice as whole samples",
+    sample_axis_name: AxisName = None,
 ) -> None:
-    """Raise a ValueError when ``tree`` varies over manual mesh axes but ``axis_name`` is None.
+    """Raise a ValueError when ``tree`` varies over a manual mesh axis that neither ``axis_name``
+    (batch axes) nor ``sample_axis_name`` (sample axes) names; ``axis_name=()`` opts out.
 
-    Without it the mean would silently be over this shard's samples only, and the parameter
-    gradients would be off by the shard count; ``consequence`` says what would go wrong.
+    A forgotten batch axis makes the mean this shard's only and the parameter gradients off by
+    the shard count; a forgotten sample axis makes each slice of a sample a sample of its own.
+    The message names both spellings for every such axis and suggests no single one, because
+    only the user knows which kind each axis is. ``consequence`` says what would go wrong.
     """
-    if axis_name is not None:
+    if axis_name == ():
         return
-    axes = varying_axes(tree)
-    if axes:
-        names = tuple(sorted(axes))
-        suggestion = names[0] if len(names) == 1 else names
-        raise ValueError(
-            f"{what} varies over the manual mesh axes {names} (inside shard_map), but "
-            f"axis_name is None, so {consequence}. Pass "
-            f"axis_name={suggestion!r} for the mean over the global batch, or axis_name=() for "
-            f"a deliberate per-shard value."
-        )
+    named = set(collective_axes(axis_name)) | set(collective_axes(sample_axis_name))
+    unnamed = tuple(sorted(varying_axes(tree) - named))
+    if not unnamed:
+        return
+    spelled = unnamed[0] if len(unnamed) == 1 else unnamed
+    raise ValueError(
+        f"{what} varies over the manual mesh axes {unnamed} (inside shard_map), which neither "
+        f"axis_name={axis_name!r} nor sample_axis_name={sample_axis_name!r} names, so "
+        f"{consequence}. Name each axis by what it splits: in axis_name if it splits the "
+        f"batch (the mean is over it), in sample_axis_name if it splits each sample's tokens, "
+        f"rows or features (the norm sums over it); e.g. axis_name={spelled!r} for data "
+        f"parallelism, or sample_axis_name={spelled!r} for sequence parallelism. "
+        f"axis_name=() asks for a deliberate per-shard value."
+    )
 
 
-def _collective_axes(axis_name: AxisName) -> tuple[str, ...]:
+def collective_axes(axis_name: AxisName) -> tuple[str, ...]:
     """The axes to reduce over: () for None or an explicit per-shard ``()``."""
     if axis_name is None:
         return ()
     return axis_name if isinstance(axis_name, tuple) else (axis_name,)
 
 
+def check_axis_kinds(axis_name: AxisName, sample_axis_name: AxisName) -> None:
+    """No mesh axis may split both the batch and each sample."""
+    both = set(collective_axes(axis_name)) & set(collective_axes(sample_axis_name))
+    if both:
+        raise ValueError(
+            f"mesh axes {tuple(sorted(both))} are named both in axis_name={axis_name!r} (axes "
+            f"that split the batch) and in sample_axis_name={sample_axis_name!r} (axes that split "
+            f"each sample); an axis splits one or the other"
+        )
+
+
 def global_sum(value: jax.Array, axis_name: AxisName = None) -> jax.Array:
     """``value`` summed over the shards of ``axis_name`` (unchanged when there are none)."""
-    axes = _collective_axes(axis_name)
+    axes = collective_axes(axis_name)
     return lax.psum(value, axes) if axes else value
 
 
@@ -84,13 +111,13 @@ def global_mean(values: jax.Array, axis_name: AxisName = None) -> jax.Array:
 
 def shard_count(axis_name: AxisName = None) -> int:
     """Number of shards over ``axis_name`` (1 without one), a Python int at trace time."""
-    axes = _collective_axes(axis_name)
+    axes = collective_axes(axis_name)
     return int(lax.psum(1, axes)) if axes else 1
 
 
 def global_batch_slice(values: jax.Array, local_batch: int, axis_name: AxisName) -> jax.Array:
     """This shard's contiguous slice of a global-batch array (leading axis = global batch)."""
-    axes = _collective_axes(axis_name)
+    axes = collective_axes(axis_name)
     if not axes:
         return values[:local_batch]
     start = lax.axis_index(axes if len(axes) > 1 else axes[0]) * local_batch

@@ -7,8 +7,10 @@
 
 ``grads`` and ``x`` are arrays or pytrees of arrays sharing a leading batch axis B. Norms always
 accumulate in float32 (float64 for float64 input with x64 enabled), whatever the input dtype, and
-results are float32 (float64). Inside ``shard_map`` pass ``axis_name`` (the data axis) for the mean
-over the global batch; forgetting it on sharded data is an error. See the README for the maths.
+results are float32 (float64). Inside ``shard_map`` name every mesh axis the data varies over:
+``axis_name`` for the axes that split the batch (the mean is over the global batch) and
+``sample_axis_name`` for those that split each sample (its norm sums over them); an unnamed axis
+is an error. See the README for the maths.
 """
 
 import inspect
@@ -23,7 +25,15 @@ from fastgp._penalty import validation
 from fastgp._penalty.rowops import norms_and_penalties
 from fastgp._penalty.second_order import mean_penalty_and_norms
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree, Remat, SecondOrder
-from fastgp.distributed import global_batch_slice, global_mean, require_axis_name, shard_count
+from fastgp.distributed import (
+    check_axis_kinds,
+    collective_axes,
+    global_batch_slice,
+    global_mean,
+    require_axis_name,
+    shard_count,
+    varying_axes,
+)
 
 P = ParamSpec("P")
 DEFAULT_WEIGHT = 10.0  # lambda of Gulrajani et al. (2017), used by every function here
@@ -56,20 +66,34 @@ def _penalty_alone(
 
 
 def per_sample_penalties(
-    grads: PyTree, *, kind: Kind = "wgan-gp", target: float = 1.0, backend: Backend = "auto"
+    grads: PyTree,
+    *,
+    kind: Kind = "wgan-gp",
+    target: float = 1.0,
+    backend: Backend = "auto",
+    sample_axis_name: AxisName = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """(norms, penalties), each (B,) float32, for a pytree of (B, ...) input-gradients."""
+    """(norms, penalties), each (B,) float32, for a pytree of (B, ...) input-gradients; inside
+    ``shard_map``, ``sample_axis_name`` names the mesh axes that split each sample (the norms
+    are then whole-sample norms, equal on every slice)."""
     validation.check_kind(kind)
     validation.check_backend(backend)
+    validation.check_axis_name(sample_axis_name, "sample_axis_name")
     target = validation.check_target(target)
     leaves, _ = validation.leaves_of(grads, "grads")
     validation.check_backend_on_data(backend, grads)
-    return norms_and_penalties(leaves, kind, target, backend)
+    sample_axes = collective_axes(sample_axis_name)
+    return norms_and_penalties(leaves, kind, target, backend, sample_axes)
 
 
-def grad_norms(grads: PyTree, *, backend: Backend = "auto") -> jax.Array:
-    """(B,) float32 L2 norm of each sample's gradient over every leaf and non-batch element."""
-    norms, _ = per_sample_penalties(grads, kind="r1", backend=backend)
+def grad_norms(
+    grads: PyTree, *, backend: Backend = "auto", sample_axis_name: AxisName = None
+) -> jax.Array:
+    """(B,) float32 L2 norm of each sample's gradient over every leaf and non-batch element (and,
+    inside ``shard_map``, over the slices of ``sample_axis_name``)."""
+    norms, _ = per_sample_penalties(
+        grads, kind="r1", backend=backend, sample_axis_name=sample_axis_name
+    )
     return norms
 
 
@@ -81,12 +105,17 @@ def penalty_and_norms_from_grads(
     weight: float | jax.Array = DEFAULT_WEIGHT,
     backend: Backend = "auto",
     axis_name: AxisName = None,
+    sample_axis_name: AxisName = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(``weight * mean_b p(n_b)`` over the global batch, (B_local,) float32 norms)."""
     weight = validation.check_weight(weight)
     validation.check_axis_name(axis_name)
-    require_axis_name(grads, axis_name, "grads")
-    norms, penalties = per_sample_penalties(grads, kind=kind, target=target, backend=backend)
+    validation.check_axis_name(sample_axis_name, "sample_axis_name")
+    check_axis_kinds(axis_name, sample_axis_name)
+    require_axis_name(grads, axis_name, "grads", sample_axis_name=sample_axis_name)
+    norms, penalties = per_sample_penalties(
+        grads, kind=kind, target=target, backend=backend, sample_axis_name=sample_axis_name
+    )
     return weight * global_mean(penalties, axis_name), norms
 
 
@@ -100,11 +129,19 @@ penalty_from_grads = _penalty_alone(
 )
 
 
-def input_gradients(critic: Critic, x: PyTree) -> tuple[jax.Array, PyTree]:
-    """(scores (B,), d sum(scores) / dx) for a per-sample critic; gradients share x's structure."""
+def input_gradients(
+    critic: Critic, x: PyTree, *, axis_name: AxisName = None, sample_axis_name: AxisName = None
+) -> tuple[jax.Array, PyTree]:
+    """(scores (B,), d sum(scores) / dx) for a per-sample critic; gradients share x's structure.
+
+    Inside ``shard_map`` with ``sample_axis_name``, x is this device's slice of every sample and
+    the critic must return whole-sample scores, equal on every slice (a psum over the sample
+    axes inside it); the gradients are then this slice's part of each sample's gradient.
+    """
     _, batch = validation.leaves_of(x, "x")
     scores, pullback = jax.vjp(lambda y: validation.call_critic(critic, y), x)
-    flat = validation.check_scores(scores, batch)
+    batch_axes = set(collective_axes(axis_name)) & varying_axes(x)
+    flat = validation.check_scores(scores, batch, collective_axes(sample_axis_name), batch_axes)
     (grads,) = pullback(jnp.ones_like(scores))
     return flat, grads
 
@@ -126,6 +163,7 @@ def gradient_penalty_and_norms(
     weight: float | jax.Array = DEFAULT_WEIGHT,
     backend: Backend = "auto",
     axis_name: AxisName = None,
+    sample_axis_name: AxisName = None,
     second_order: SecondOrder = "reverse-over-forward",
     remat: Remat = None,
 ) -> tuple[jax.Array, jax.Array]:
@@ -133,21 +171,37 @@ def gradient_penalty_and_norms(
     validation.check_kind(kind)
     validation.check_backend(backend)
     validation.check_axis_name(axis_name)
+    validation.check_axis_name(sample_axis_name, "sample_axis_name")
+    check_axis_kinds(axis_name, sample_axis_name)
     validation.check_choice("second_order", second_order, SECOND_ORDER)
     target = validation.check_target(target)
     weight = validation.check_weight(weight)
     validation.leaves_of(x, "x")
-    require_axis_name(x, axis_name, "x")
+    require_axis_name(x, axis_name, "x", sample_axis_name=sample_axis_name)
     validation.check_backend_on_data(backend, x)
     critic = remat_critic(critic, remat)
     if second_order == "reverse":
         with naming_first_order_only_ops("reverse"):
-            _, grads = input_gradients(critic, x)
+            _, grads = input_gradients(
+                critic, x, axis_name=axis_name, sample_axis_name=sample_axis_name
+            )
         return penalty_and_norms_from_grads(
-            grads, kind=kind, target=target, weight=weight, backend=backend, axis_name=axis_name
+            grads,
+            kind=kind,
+            target=target,
+            weight=weight,
+            backend=backend,
+            axis_name=axis_name,
+            sample_axis_name=sample_axis_name,
         )
     mean, norms = mean_penalty_and_norms(
-        critic, x, kind=kind, target=target, backend=backend, axis_name=axis_name
+        critic,
+        x,
+        kind=kind,
+        target=target,
+        backend=backend,
+        axis_name=axis_name,
+        sample_axes=collective_axes(sample_axis_name),
     )
     return weight * mean, norms
 
@@ -167,8 +221,11 @@ gradient_penalty = _penalty_alone(
       weight: lambda (may be traced, e.g. a schedule); 10 by default.
       backend: ``"auto"``, ``"pallas"``, ``"interpret"``, ``"tpu-interpret"``,
         ``"gpu-interpret"`` or ``"xla"`` (see ``fastgp._penalty.binding``).
-      axis_name: inside ``shard_map``, the data axis: the mean is then over the global batch;
-        ``()`` for a deliberate per-shard mean.
+      axis_name: inside ``shard_map``, the mesh axes that split the batch: the mean is then over
+        the global batch; ``()`` for a deliberate per-shard mean.
+      sample_axis_name: inside ``shard_map``, the mesh axes that split each sample (its tokens,
+        rows or features): each norm sums over them. The critic must then return whole-sample
+        scores, equal on every slice (a psum over these axes inside it).
       second_order: ``"reverse-over-forward"`` (default; a custom_vjp whose backward is the VJP of
         a JVP of the critic, exact to every order) or ``"reverse"`` (nested reverse mode).
       remat: ``None``, ``"nothing"`` or ``"dots"``: rematerialise the critic's activations.
@@ -180,23 +237,39 @@ gradient_penalty = _penalty_alone(
 
 
 def interpolate(
-    key: jax.Array, real: PyTree, fake: PyTree, *, axis_name: AxisName = None
+    key: jax.Array,
+    real: PyTree,
+    fake: PyTree,
+    *,
+    axis_name: AxisName = None,
+    sample_axis_name: AxisName = None,
 ) -> PyTree:
     """``real + alpha * (fake - real)`` with one alpha ~ U[0, 1] per sample, shared by all leaves.
 
-    Inside ``shard_map`` pass ``axis_name``: alpha is then drawn for the global batch and each
-    shard takes its own slice, so the result equals the single-device one for the same key.
+    Inside ``shard_map`` pass ``axis_name`` (the axes that split the batch): alpha is then drawn
+    for the global batch and each shard takes its own slice, so the result equals the
+    single-device one for the same key. Along ``sample_axis_name`` (axes that split each sample)
+    every slice of a sample gets the same alpha (``key`` must be the same on them).
     ``axis_name=()`` draws alpha per shard from ``key`` as given.
     """
     validation.check_same_structure(real, fake)
     validation.check_axis_name(axis_name)
+    validation.check_axis_name(sample_axis_name, "sample_axis_name")
+    check_axis_kinds(axis_name, sample_axis_name)
     _, batch = validation.leaves_of(real, "real")
     require_axis_name(
         (real, fake),
         axis_name,
         "real/fake",
         "every shard would draw the same alphas from the same key",
+        sample_axis_name=sample_axis_name,
     )
+    varying_key = set(varying_axes(key)) & set(collective_axes(sample_axis_name))
+    if varying_key:
+        raise ValueError(
+            f"interpolate: key varies over the sample axes {tuple(sorted(varying_key))}, so the "
+            f"slices of one sample would get different alphas; pass the same key on every slice"
+        )
     shards = shard_count(axis_name)
     alpha = jax.random.uniform(key, (batch * shards,), jnp.float32)
     if shards != 1:

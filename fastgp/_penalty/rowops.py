@@ -24,6 +24,7 @@ from typing import cast
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from fastgp._penalty.binding import resolve_for
 from fastgp._penalty.kinds import penalty_of_norm, penalty_slope
@@ -60,9 +61,18 @@ def row_dots(leaves: Sequence[jax.Array], other_leaves: Sequence[jax.Array]) -> 
     return cast(jax.Array, dots)  # an array, not sum()'s 0: there is at least one leaf
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+def _over_sample_axes(per_sample: jax.Array, sample_axes: tuple[str, ...]) -> jax.Array:
+    """A per-sample sum completed over the mesh axes that split each sample (inside shard_map)."""
+    return lax.psum(per_sample, sample_axes) if sample_axes else per_sample
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
 def norms_and_penalties(
-    leaves: tuple[jax.Array, ...], kind: Kind, target: float, backend: Backend
+    leaves: tuple[jax.Array, ...],
+    kind: Kind,
+    target: float,
+    backend: Backend,
+    sample_axes: tuple[str, ...] = (),
 ) -> tuple[jax.Array, jax.Array]:
     """Per-sample L2 norms over all leaves and the per-sample penalty of ``kind``.
 
@@ -70,13 +80,16 @@ def norms_and_penalties(
       leaves: tuple of (B, ...) float arrays (bf16/f16/f32, or f64 on XLA); sums accumulate in
         float32 (float64 for float64 input).
       kind, target: penalty kind and relative target (static).
-      backend: backend name (see ``fastgp._penalty.binding``).
+      backend: backend name (see ``binding``).
+      sample_axes: inside shard_map, the mesh axes that split each sample: the leaves hold this
+        device's slice of every sample, and the sums of squares are psum'd over these axes.
 
     Returns:
-      (norm, penalty), each (B,) float32 (float64 for float64 input).
+      (norm, penalty), each (B,) float32 (float64 for float64 input), whole-sample values.
     """
     sumsq = resolve_for(backend, *leaves)
-    total = functools.reduce(operator.add, (sumsq(leaf) for leaf in leaves))
+    local = functools.reduce(operator.add, (sumsq(leaf) for leaf in leaves))
+    total = _over_sample_axes(local, sample_axes)
     norm = jnp.sqrt(total)
     return norm, penalty_of_norm(total, norm, kind, target)
 
@@ -86,12 +99,14 @@ def _norms_and_penalties_jvp(
     kind: Kind,
     target: float,
     backend: Backend,
+    sample_axes: tuple[str, ...],
     primals: tuple[tuple[jax.Array, ...]],
     tangents: tuple[tuple[jax.Array, ...]],
 ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     (leaves,), (leaf_tangents,) = primals, tangents
-    norm, penalty = norms_and_penalties(leaves, kind, target, backend)
-    d_norm = row_dots(leaves, leaf_tangents) * safe_inverse(norm)
+    norm, penalty = norms_and_penalties(leaves, kind, target, backend, sample_axes)
+    dots = _over_sample_axes(row_dots(leaves, leaf_tangents), sample_axes)
+    d_norm = dots * safe_inverse(norm)
     d_penalty = penalty_slope(norm, kind, target) * d_norm
     return (norm, penalty), (d_norm, d_penalty)
 

@@ -26,7 +26,7 @@ from fastgp._critic_ops import naming_first_order_only_ops
 from fastgp._penalty import validation
 from fastgp._penalty.rowops import norms_and_penalties, row_scale
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
-from fastgp.distributed import global_count, global_mean
+from fastgp.distributed import collective_axes, global_count, global_mean, varying_axes
 
 Converted = Callable[..., jax.Array]  # the closure-converted critic: (x, *consts) -> scores
 Consts = tuple[jax.Array, ...]  # the critic's hoisted closed-over values (its parameters)
@@ -34,7 +34,14 @@ Residuals = tuple[PyTree, Consts, PyTree, jax.Array]  # x, consts, grads, norms
 
 
 def mean_penalty_and_norms(
-    critic: Critic, x: PyTree, *, kind: Kind, target: float, backend: Backend, axis_name: AxisName
+    critic: Critic,
+    x: PyTree,
+    *,
+    kind: Kind,
+    target: float,
+    backend: Backend,
+    axis_name: AxisName,
+    sample_axes: tuple[str, ...] = (),
 ) -> tuple[jax.Array, jax.Array]:
     """(mean_b p(n_b) over the global batch, (B_local,) norms), differentiated reverse-over-forward.
 
@@ -42,6 +49,7 @@ def mean_penalty_and_norms(
       critic: x -> scores (B,) or (B, 1); may close over traced values (its parameters).
       x: array or pytree of (B, ...) float arrays.
       kind, target, backend, axis_name: as in ``fastgp.penalty.gradient_penalty`` (validated).
+      sample_axes: the mesh axes that split each sample (``sample_axis_name``'s axes).
 
     Returns:
       (scalar, (B_local,)) float32 (float64 for float64 input).
@@ -50,7 +58,7 @@ def mean_penalty_and_norms(
     # modules, dataclasses holding arrays) are not hashable.
     converted, consts = jax.closure_convert(lambda y: validation.call_critic(critic, y), x)
     try:
-        penalty = _Penalty(converted, kind, target, backend, axis_name)
+        penalty = _Penalty(converted, kind, target, backend, axis_name, sample_axes)
         return _mean_penalty(penalty, x, tuple(consts))
     except TypeError as err:
         if "forward-mode" not in str(err):
@@ -64,11 +72,14 @@ def mean_penalty_and_norms(
         ) from err
 
 
-def _input_gradients(converted: Converted, x: PyTree, consts: Consts) -> PyTree:
+def _input_gradients(
+    converted: Converted, x: PyTree, consts: Consts, penalty: "_Penalty"
+) -> PyTree:
     """(grads of Σ scores w.r.t. x, in x's structure) for the closure-converted critic."""
     _, batch = validation.leaves_of(x, "x")
     scores, pullback = jax.vjp(lambda y: converted(y, *consts), x)
-    validation.check_scores(scores, batch)
+    batch_axes = set(collective_axes(penalty.axis_name)) & varying_axes(x)
+    validation.check_scores(scores, batch, penalty.sample_axes, batch_axes)
     (grads,) = pullback(jnp.ones_like(scores))
     return grads
 
@@ -82,12 +93,15 @@ class _Penalty:
     target: float
     backend: Backend
     axis_name: AxisName
+    sample_axes: tuple[str, ...]
 
     def forward(self, x: PyTree, consts: Consts) -> tuple[jax.Array, jax.Array, PyTree]:
         """(mean penalty over the global batch, (B_local,) norms, input-gradients) at x."""
-        grads = _input_gradients(self.converted, x, consts)
+        grads = _input_gradients(self.converted, x, consts, self)
         leaves, _ = validation.leaves_of(grads, "grads")
-        norms, penalties = norms_and_penalties(leaves, self.kind, self.target, self.backend)
+        norms, penalties = norms_and_penalties(
+            leaves, self.kind, self.target, self.backend, self.sample_axes
+        )
         return global_mean(penalties, self.axis_name), norms, grads
 
 

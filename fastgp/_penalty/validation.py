@@ -89,12 +89,12 @@ def check_choice(name: str, value: Any, choices: Collection[Any]) -> None:
         raise ValueError(f"unknown {name} {value!r}; expected one of {choices}")
 
 
-def check_axis_name(axis_name: AxisName) -> None:
+def check_axis_name(axis_name: AxisName, what: str = "axis_name") -> None:
     """None, a mesh axis name, or a tuple of them (``()`` for a deliberate per-shard value)."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     if axis_name is not None and not all(isinstance(n, str) and n for n in names):
         raise TypeError(
-            f"axis_name must be None, a mesh axis name or a tuple of names, got {axis_name!r}"
+            f"{what} must be None, a mesh axis name or a tuple of names, got {axis_name!r}"
         )
 
 
@@ -146,8 +146,16 @@ def check_weight(weight: float | jax.Array) -> float | jax.Array:
     return weight
 
 
-def check_scores(scores: jax.Array, batch: int) -> jax.Array:
-    """Critic output must be (B,) or (B, 1); returns it as (B,)."""
+def check_scores(
+    scores: jax.Array,
+    batch: int,
+    sample_axes: Collection[str] = (),
+    batch_axes: Collection[str] = (),
+) -> jax.Array:
+    """Critic output must be (B,) or (B, 1); returns it as (B,). Inside shard_map the scores must
+    be whole-sample scores along ``sample_axes`` (the mesh axes that split each sample), and must
+    differ between the shards of ``batch_axes`` (those the batch is split over and x varies
+    over): scores equal on every shard of an axis say that it splits samples, not the batch."""
     shape = getattr(scores, "shape", None)
     if shape not in ((batch,), (batch, 1)):
         raise ValueError(
@@ -156,4 +164,21 @@ def check_scores(scores: jax.Array, batch: int) -> jax.Array:
         )
     if not jnp.issubdtype(scores.dtype, jnp.floating):
         raise TypeError(f"critic scores have dtype {scores.dtype}; expected a floating dtype")
+    partial = tuple(sorted(set(varying_axes(scores)) & set(sample_axes)))
+    if partial:
+        raise ValueError(
+            f"the critic's scores vary over the sample axes {partial}: each slice scored only its "
+            f"own part of every sample, so the input-gradient would not be the whole sample's. "
+            f"Make the critic return whole-sample scores on every slice (e.g. psum its pooled "
+            f"features over {partial} before the head), or name those axes in axis_name if "
+            f"they split the batch."
+        )
+    whole = tuple(sorted(set(batch_axes) - set(varying_axes(scores))))
+    if whole:
+        raise ValueError(
+            f"axis_name names {whole} as axes that split the batch, but the critic's scores are "
+            f"the same on every shard of them while x differs: the shards hold slices of the "
+            f"same samples. Name those axes in sample_axis_name (the norm then sums over them) "
+            f"and keep only the axes that split the batch in axis_name."
+        )
     return scores.reshape(batch)
