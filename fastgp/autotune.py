@@ -22,7 +22,6 @@ fit the chip's HBM is reported and not ranked. The Pallas backend is a candidate
 (TPU, GPU, or a named TPU generation, whose kernels are checked here in interpret mode).
 """
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -32,6 +31,7 @@ import numpy as np
 
 from fastgp import _compiled as compiled
 from fastgp._backends import attention_backend
+from fastgp._comparison import host_leaves, reference_scale, relative_errors
 from fastgp._penalty.reference import naive_gradient_penalty
 from fastgp._timing import interleaved_times
 from fastgp._typing import Backend, PyTree, Remat, SecondOrder
@@ -219,32 +219,20 @@ def _value_and_grad(
     return jax.jit(jax.value_and_grad(_loss_with(critic_loss, penalty, attention)))
 
 
-def _host(tree: Any) -> list[np.ndarray]:
-    return [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(tree)]
-
-
-def _relative_error(ours: list[np.ndarray], ref: list[np.ndarray]) -> float:
+def _relative_error(ours: Any, ref: list[np.ndarray], what: str) -> float:
     """max |ours - ref| over every leaf, relative to the reference's largest |entry|."""
-    if not all(np.all(np.isfinite(a)) for a in ours):
-        return math.inf
-    scale = max(float(np.max(np.abs(b), initial=0.0)) for b in ref) or 1.0
-    return (
-        max(float(np.max(np.abs(a - b), initial=0.0)) for a, b in zip(ours, ref, strict=True))
-        / scale
-    )
+    leaves = host_leaves(ours)
+    names = [what] * len(leaves)
+    return max(relative_errors(leaves, ref, reference_scale(ref, what), names))
 
 
 def _reference(critic_loss: CriticLoss, params: PyTree, args: Sequence[Any]) -> Any:
     value, grads = jax.block_until_ready(
         _value_and_grad(critic_loss, _penalty(None, None, []))(params, *args)
     )
-    ref = (_host(value), _host(grads))
-    if not all(np.all(np.isfinite(leaf)) for part in ref for leaf in part):
-        raise ValueError(
-            "the naive penalty's loss or parameter gradient is not finite at these arguments, so "
-            "nothing can be checked (its backward divides by each sample's input-gradient norm: "
-            "NaN where one is zero); tune with arguments where no input-gradient vanishes"
-        )
+    ref = (host_leaves(value), host_leaves(grads))
+    reference_scale(ref[0], "loss")
+    reference_scale(ref[1], "parameter gradient")
     return ref
 
 
@@ -262,8 +250,8 @@ def _check(
         attention = backend_here  # the kernels checked in interpret mode on this host
     fn = _value_and_grad(critic_loss, _penalty(variant, backend_here, []), attention)
     value, grads = jax.block_until_ready(fn(params, *args))
-    value_error = _relative_error(_host(value), ref[0])
-    gradient_error = _relative_error(_host(grads), ref[1])
+    value_error = _relative_error(value, ref[0], "loss")
+    gradient_error = _relative_error(grads, ref[1], "parameter gradient")
     problem = None
     if not max(value_error, gradient_error) <= rtol:
         problem = f"not exact: error > rtol={rtol:.0e}"
@@ -321,6 +309,51 @@ def _compiled_for(
     return result._replace(seconds=compiled.roofline_s(program, generation), program=program)
 
 
+def _check_all(
+    critic_loss: CriticLoss,
+    variants: Sequence[Variant],
+    params: PyTree,
+    args: Sequence[Any],
+    rtol: float,
+) -> list[VariantResult]:
+    """Every variant checked against the naive penalty; kernels named for a TPU generation are
+    checked on a CPU host in interpret mode."""
+    interpret: Backend | None = "interpret" if jax.default_backend() == "cpu" else None
+    ref = _reference(critic_loss, params, args)
+    return [
+        _check(
+            critic_loss,
+            v,
+            interpret if "pallas" in (v.backend, v.attention) else None,
+            params,
+            args,
+            ref,
+            rtol,
+        )
+        for v in variants
+    ]
+
+
+def _measure(
+    critic_loss: CriticLoss,
+    exact: list[VariantResult],
+    generation: str | None,
+    params: PyTree,
+    args: Sequence[Any],
+    rounds: int,
+    warmup: int,
+) -> tuple[VariantResult, list[VariantResult], str]:
+    """(the naive yardstick, the exact variants, how) timed here or compiled for a chip."""
+    naive = VariantResult(None, 0.0, 0.0)
+    if generation is None:
+        measured = _timed(critic_loss, [*exact, naive], params, args, rounds, warmup)
+        how = f"{jax.default_backend()}: wall time, median of {rounds} interleaved rounds"
+        return measured[-1], measured[:-1], how
+    naive = _compiled_for(critic_loss, naive, generation, params, args)
+    exact = [_compiled_for(critic_loss, r, generation, params, args) for r in exact]
+    return naive, exact, f"one {generation} chip: roofline bound of the compiled program"
+
+
 def autotune(
     critic_loss: CriticLoss,
     params: PyTree,
@@ -362,32 +395,9 @@ def autotune(
     if variants is None:
         variants = candidates(platform, uses_attention(critic_loss, params, args))
     variants = tuple(variants)
-    # Kernels named for a TPU generation are checked on this host in interpret mode.
-    here = jax.default_backend()
-    interpret: Backend | None = "interpret" if here == "cpu" else None
-    ref = _reference(critic_loss, params, args)
-    checked = [
-        _check(
-            critic_loss,
-            v,
-            interpret if "pallas" in (v.backend, v.attention) else None,
-            params,
-            args,
-            ref,
-            rtol,
-        )
-        for v in variants
-    ]
-    naive = VariantResult(None, 0.0, 0.0)
+    checked = _check_all(critic_loss, variants, params, args, rtol)
     exact = [r for r in checked if r.problem is None]
-    if generation is None:
-        measured = _timed(critic_loss, [*exact, naive], params, args, rounds, warmup)
-        naive, exact = measured[-1], measured[:-1]
-        how = f"{here}: wall time, median of {rounds} interleaved rounds"
-    else:
-        naive = _compiled_for(critic_loss, naive, generation, params, args)
-        exact = [_compiled_for(critic_loss, r, generation, params, args) for r in exact]
-        how = f"one {generation} chip: roofline bound of the compiled program"
+    naive, exact, how = _measure(critic_loss, exact, generation, params, args, rounds, warmup)
     ranked = sorted((r for r in exact if r.problem is None), key=lambda r: r.seconds or 0.0)
     rest = [r for r in checked if r.problem is not None] + [r for r in exact if r.problem]
     tuning = Tuning({}, (*ranked, *rest), naive, how)

@@ -1,6 +1,7 @@
 """``fastgp.attention``: flash attention with every derivative, so penalties can go through it.
 
-    attention(q, k, v, *, scale=None, mask=None, is_causal=False, backend="auto") -> (B, Tq, H, Dv)
+    attention(q, k, v, *, scale=None, mask=None, is_causal=False, backend="auto",
+              sample_axis_name=None, **flax_keywords) -> (B, Tq, H, Dv)
 
 q (B, Tq, H, D), k (B, Tk, H, D), v (B, Tk, H, Dv), as ``jax.nn.dot_product_attention``;
 bfloat16, float16 or float32, with softmax statistics and accumulators in float32. ``mask`` is a
@@ -8,25 +9,25 @@ key-padding mask: (B, Tk) or (B, 1, 1, Tk) booleans, True for a key to attend to
 lets query i see keys j <= i. A query with no key to attend to gets zeros.
 
 The forward, its JVP, its VJP and every higher derivative run blockwise over key blocks: no
-T_q x T_k array is written to memory (``fastgp._attention.rules``). The keyword arguments that
-Flax passes to an ``attention_fn`` are accepted, so ``nnx.MultiHeadAttention(...,
-attention_fn=fastgp.attention)`` works; dropout on the attention weights and a bias are refused.
+T_q x T_k array is written to memory (``fastgp._attention.rules``). With the token axis split over
+devices (``sample_axis_name`` inside ``shard_map``, or explicit axes) each device keeps its
+queries and gathers the keys and values (``fastgp._attention.sequence``). Flax's
+``attention_fn`` keywords are named in the signature, so ``nnx.MultiHeadAttention`` and Linen's
+``MultiHeadDotProductAttention`` pass them; dropout on the attention weights and a bias are
+refused.
 """
 
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from einops import rearrange
 
 from fastgp import _backends as backends
-from fastgp._attention import rules
-from fastgp._attention.binding import blocks as kernel_blocks
-from fastgp._attention.config import Config
-from fastgp._typing import Backend
-from fastgp.kernels.tiling import round_up
-
-XLA_BLOCK = 512  # queries and keys per step of the blockwise loops: (512, 512) score tiles
+from fastgp._attention import sequence
+from fastgp._attention.padded import attend
+from fastgp._sharding import mode_of, spec_of
+from fastgp._typing import AxisName
+from fastgp.distributed import collective_axes
 
 
 def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
@@ -70,41 +71,37 @@ def key_mask_of(mask: jax.Array | None, batch: int, tk: int) -> jax.Array:
     return jnp.broadcast_to(mask, (batch, tk))
 
 
-def _refuse_unsupported(flax_kwargs: dict[str, Any]) -> None:
+def _refuse_unsupported(
+    bias: jax.Array | None,
+    dropout_rate: float,
+    deterministic: bool,
+    precision: Any,
+    module: Any,
+    einsums: tuple[Any, Any],
+) -> None:
     """Flax's attention_fn keywords: accept what changes nothing, refuse what would be ignored."""
-    known = {
-        "bias",
-        "broadcast_dropout",
-        "dropout_rng",
-        "dropout_rate",
-        "deterministic",
-        "dtype",
-        "precision",
-        "module",
-    }
-    unknown = set(flax_kwargs) - known
-    if unknown:
-        raise TypeError(f"fastgp.attention got unexpected keyword arguments {sorted(unknown)}")
-    if flax_kwargs.get("bias") is not None:
+    if bias is not None:
         raise ValueError("fastgp.attention: an attention bias is not supported (use mask)")
-    rate = flax_kwargs.get("dropout_rate", 0.0)
-    if rate and not flax_kwargs.get("deterministic", True):
+    if dropout_rate and not deterministic:
         raise ValueError(
-            f"fastgp.attention: dropout on the attention weights (dropout_rate={rate}) is not "
-            "supported; a gradient penalty needs a deterministic critic (deterministic=True)"
+            f"fastgp.attention: dropout on the attention weights (dropout_rate={dropout_rate}) is "
+            "not supported; a gradient penalty needs a deterministic critic (deterministic=True)"
         )
-    if flax_kwargs.get("module") is not None:
+    if module is not None:
         raise ValueError(
             "fastgp.attention never forms the attention weights, so a module cannot sow them "
             "(sow_weights=False)"
         )
-
-
-def _blocks(backend: Backend, tq: int, tk: int, d: int, itemsize: int) -> tuple[int, int]:
-    """(block_q, block_k): the kernel's tiling, or the XLA loop's keys per step."""
-    if backend == "xla":
-        return min(XLA_BLOCK, round_up(tq, 8)), min(XLA_BLOCK, round_up(tk, 8))
-    return kernel_blocks(backend, tq, tk, d, itemsize)
+    if precision is not None:
+        raise ValueError(
+            f"fastgp.attention: precision={precision!r} is not supported; the matmuls run in the "
+            "inputs' dtype with float32 accumulation (pass dtype=jnp.float32 for float32 inputs)"
+        )
+    if any(e is not None for e in einsums):
+        raise ValueError(
+            "fastgp.attention: custom qk_attn_weights_einsum / attn_weights_value_einsum are not "
+            "supported; the attention weights are never formed"
+        )
 
 
 def attention(
@@ -116,7 +113,18 @@ def attention(
     mask: jax.Array | None = None,
     is_causal: bool = False,
     backend: str = "auto",
-    **flax_kwargs: Any,
+    sample_axis_name: AxisName = None,
+    bias: jax.Array | None = None,
+    dropout_rng: jax.Array | None = None,
+    dropout_rate: float = 0.0,
+    broadcast_dropout: bool = True,
+    deterministic: bool = True,
+    dtype: Any = None,
+    precision: Any = None,
+    module: Any = None,
+    force_fp32_for_softmax: bool = False,
+    qk_attn_weights_einsum: Any = None,
+    attn_weights_value_einsum: Any = None,
 ) -> jax.Array:
     """softmax(scale · q kᵀ, masked) v per head: (B, Tq, H, Dv) in q's dtype (see the module).
 
@@ -128,30 +136,42 @@ def attention(
       backend: ``"auto"`` (XLA today, or what ``fastgp.attention_backend`` sets), ``"pallas"``
         (Mosaic TPU kernels), ``"interpret"`` or ``"tpu-interpret"`` (the kernels on CPU) or
         ``"xla"`` (the blockwise jnp loops).
-      **flax_kwargs: the rest of Flax's ``attention_fn`` keywords (``dtype`` casts q, k, v).
+      sample_axis_name: inside ``shard_map``, the mesh axes the token axis of q, k, v (and the
+        mask) is split over: each device keeps its queries and gathers the keys and values.
+        Under explicit axes a sharded token axis is recognised from the arrays' types.
+      bias, dropout_rng, dropout_rate, broadcast_dropout, deterministic, dtype, precision, module,
+        force_fp32_for_softmax, qk_attn_weights_einsum, attn_weights_value_einsum: Flax's
+        ``attention_fn`` keywords, named so that Linen passes them. ``dtype`` casts q, k, v;
+        softmax is always float32; dropout (unless deterministic), a bias, a module to sow
+        into, a precision and custom einsums are refused with a ValueError.
     """
-    _refuse_unsupported(flax_kwargs)
-    if flax_kwargs.get("dtype") is not None:
-        q, k, v = (x.astype(flax_kwargs["dtype"]) for x in (q, k, v))
-    _check_inputs(q, k, v)
-    resolved = backends.resolve("attention", backend)
-    batch, tq, _, d = q.shape
-    tk = k.shape[1]
-    key_mask = key_mask_of(mask, batch, tk)
-    scale = float(d**-0.5 if scale is None else scale)
-    block_q, block_k = _blocks(resolved, tq, tk, d, jnp.dtype(q.dtype).itemsize)
-    tq_pad, tk_pad = round_up(tq, block_q), round_up(tk, block_k)
-
-    def padded(x: jax.Array, length: int) -> jax.Array:
-        x = rearrange(x, "b t h d -> b h t d")
-        return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
-
-    key_mask = jnp.pad(key_mask, ((0, 0), (0, tk_pad - tk)))
-    config = Config(scale, bool(is_causal), block_q, block_k, resolved)
-    o, _ = rules.attention_with_lse(
-        padded(q, tq_pad), padded(k, tk_pad), padded(v, tk_pad), key_mask, config
+    del dropout_rng, broadcast_dropout, force_fp32_for_softmax  # no effect without dropout
+    _refuse_unsupported(
+        bias,
+        dropout_rate,
+        deterministic,
+        precision,
+        module,
+        (qk_attn_weights_einsum, attn_weights_value_einsum),
     )
-    return rearrange(o[:, :, :tq], "b h t d -> b t h d")
+    if dtype is not None:
+        q, k, v = (x.astype(dtype) for x in (q, k, v))
+    _check_inputs(q, k, v)
+    batch, _, _, d = q.shape
+    options = {
+        "scale": float(d**-0.5 if scale is None else scale),
+        "backend": backends.resolve("attention", backend),
+    }
+    key_mask = None if mask is None else key_mask_of(mask, batch, k.shape[1])
+    axes = collective_axes(sample_axis_name)
+    causal = bool(is_causal)
+    if axes:
+        return sequence.in_shard_map(q, k, v, key_mask, axes, causal=causal, **options)
+    if mode_of(q, "fastgp.attention") == "explicit" and spec_of(q)[1] is not None:
+        return sequence.explicit(q, k, v, key_mask, causal=causal, **options)
+    if key_mask is None:
+        key_mask = jnp.ones((batch, k.shape[1]), bool)
+    return attend(q, k, v, key_mask, causal=causal, **options)
 
 
 __all__ = ["attention", "key_mask_of"]

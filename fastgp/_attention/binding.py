@@ -52,6 +52,7 @@ def _impl(name: str, config: Config) -> rules.Impl:
                 *operands,
                 scale=config.scale,
                 causal=config.causal,
+                q_offset=config.q_offset,
                 block_q=config.block_q,
                 block_k=config.block_k,
                 interpret=backends.interpret_mode(config.backend),

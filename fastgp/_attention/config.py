@@ -7,14 +7,17 @@ from fastgp._typing import Backend
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Score scale, causal masking, the queries and keys a step handles, and the backend that
-    runs the passes (``"xla"`` or a kernel backend; hashable: it is a primitive parameter)."""
+    """Score scale, causal masking, the queries and keys a step handles, the backend that runs
+    the passes (``"xla"`` or a kernel backend), and the first query's position among the keys
+    (``q_offset``: a sequence shard's start, for causal masking). Hashable: a primitive
+    parameter."""
 
     scale: float
     causal: bool
     block_q: int
     block_k: int
     backend: Backend = "xla"
+    q_offset: int = 0
 
 
 __all__ = ["Config"]

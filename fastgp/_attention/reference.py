@@ -15,15 +15,17 @@ def naive_attention(
     v: jax.Array,
     *,
     scale: float | None = None,
-    key_mask: jax.Array | None = None,
+    mask: jax.Array | None = None,
     is_causal: bool = False,
 ) -> jax.Array:
-    """(B, Tq, H, Dv) softmax(scale q kᵀ) v in q's dtype (see the module docstring)."""
+    """(B, Tq, H, Dv) softmax(scale q kᵀ) v in q's dtype (see the module docstring); ``mask`` is
+    the (B, Tk) or (B, 1, 1, Tk) key-padding mask, True to attend, as ``fastgp.attention``'s."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     s = scale * jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32))
     valid = jnp.ones(s.shape, bool)
-    if key_mask is not None:
-        valid = valid & key_mask[:, None, None, :]
+    if mask is not None:
+        keys = mask[:, 0, 0, :] if mask.ndim == 4 else mask
+        valid = valid & keys[:, None, None, :]
     if is_causal:
         valid = valid & jnp.tril(jnp.ones(s.shape[-2:], bool))
     seen = jnp.any(valid, axis=-1)

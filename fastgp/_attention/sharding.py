@@ -23,6 +23,7 @@ from jax.extend.core import Primitive
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fastgp._backends import INTERPRET_BACKENDS
 from fastgp._refusals import refuse_when_lowered
 from fastgp._sharding import mesh_of, mode_of, spec_of
 
@@ -79,6 +80,32 @@ def _varying_alike(args: Sequence[jax.Array]) -> list[jax.Array]:
     return out
 
 
+def check_vma_for(backend: str) -> bool:
+    """``check_vma`` for the shard_map fastgp builds around a kernel under explicit axes: off for
+    the interpret modes, whose loops cannot carry manual axis types (JAX 0.10.2). The operands of
+    that shard_map are all split over the mesh or replicated alike, and every derivative is
+    fastgp's own rule, so no collective depends on those types."""
+    return backend not in INTERPRET_BACKENDS
+
+
+def _check_interpret_in_shard_map(args: Sequence[jax.Array], backend: str) -> None:
+    """The interpret modes inside a user's shard_map: a fastgp error where JAX 0.10.2 fails."""
+    varying = frozenset().union(*(_varying(a) for a in args))
+    if backend == "interpret" and varying:
+        raise ValueError(
+            f"fastgp.attention(backend='interpret') cannot run inside shard_map(check_vma=True): "
+            f"generic Pallas interpret mode loses the manual axis types of "
+            f"{tuple(sorted(varying))} (JAX 0.10.2). Run that shard_map with check_vma=False, or "
+            f"use backend='xla'."
+        )
+    if backend == "tpu-interpret":
+        raise ValueError(
+            "fastgp.attention(backend='tpu-interpret') cannot run inside shard_map: TPU interpret "
+            "mode's callbacks fail to lower there (JAX 0.10.2). Use backend='interpret' in a "
+            "shard_map with check_vma=False, or backend='xla'."
+        )
+
+
 def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.Array]:
     """``prim.bind(*args, config=config)`` with the kernel run per device (see the module)."""
     if config.backend == "xla":
@@ -91,6 +118,7 @@ def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.
         first = refuse_when_lowered(args[0], message, "partitioned")
         return prim.bind(first, *args[1:], config=config)
     if mode == "manual":
+        _check_interpret_in_shard_map(args, config.backend)
         return prim.bind(*_varying_alike(args), config=config)
     mesh = mesh_of(args[0])
     batch, heads, in_specs = _specs(args, config.backend)
@@ -106,6 +134,7 @@ def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.
         mesh=mesh,
         in_specs=tuple(in_specs),
         out_specs=out_specs,
+        check_vma=check_vma_for(config.backend),
     )
     return list(run(*args))
 

@@ -75,11 +75,12 @@ class _Rows:
         )
 
     def valid(self, mask_blk: jax.Array, start: jax.Array, tq: int) -> jax.Array:
-        """(B, 1, Tq, block_k) bool: key padding and, if causal, j <= i (keys from ``start``)."""
+        """(B, 1, Tq, block_k) bool: key padding and, if causal, j <= q_offset + i (keys from
+        ``start``)."""
         valid = mask_blk[:, None, None, :]
         if self.config.causal:
             shape = (tq, mask_blk.shape[-1])
-            rows = self.q_start + lax.broadcasted_iota(jnp.int32, shape, 0)
+            rows = self.config.q_offset + self.q_start + lax.broadcasted_iota(jnp.int32, shape, 0)
             cols = start + lax.broadcasted_iota(jnp.int32, shape, 1)
             valid = valid & (cols <= rows)[None, None]
         return valid

@@ -22,6 +22,8 @@ import jax.numpy as jnp
 
 from fastgp._critic_ops import naming_first_order_only_ops
 from fastgp._penalty import validation
+from fastgp._penalty.gradients import input_gradients
+from fastgp._penalty.kinds import DEFAULT_WEIGHT
 from fastgp._penalty.rowops import norms_and_penalties
 from fastgp._penalty.second_order import mean_penalty_and_norms
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree, Remat, SecondOrder
@@ -36,7 +38,6 @@ from fastgp.distributed import (
 )
 
 P = ParamSpec("P")
-DEFAULT_WEIGHT = 10.0  # lambda of Gulrajani et al. (2017), used by every function here
 SECOND_ORDER: tuple[SecondOrder, ...] = get_args(SecondOrder)
 # None and every RematPolicy (tests/test_penalty.py holds the keys to the type).
 REMAT_POLICIES: dict[Remat, Callable[..., bool] | None] = {
@@ -127,23 +128,6 @@ penalty_from_grads = _penalty_alone(
     Differentiable in ``grads`` to any order (the kernels' nested custom VJPs).
     """,
 )
-
-
-def input_gradients(
-    critic: Critic, x: PyTree, *, axis_name: AxisName = None, sample_axis_name: AxisName = None
-) -> tuple[jax.Array, PyTree]:
-    """(scores (B,), d sum(scores) / dx) for a per-sample critic; gradients share x's structure.
-
-    Inside ``shard_map`` with ``sample_axis_name``, x is this device's slice of every sample and
-    the critic must return whole-sample scores, equal on every slice (a psum over the sample
-    axes inside it); the gradients are then this slice's part of each sample's gradient.
-    """
-    _, batch = validation.leaves_of(x, "x")
-    scores, pullback = jax.vjp(lambda y: validation.call_critic(critic, y), x)
-    batch_axes = set(collective_axes(axis_name)) & varying_axes(x)
-    flat = validation.check_scores(scores, batch, collective_axes(sample_axis_name), batch_axes)
-    (grads,) = pullback(jnp.ones_like(scores))
-    return flat, grads
 
 
 def remat_critic(critic: Critic, remat: Remat = None) -> Critic:

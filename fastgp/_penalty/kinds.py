@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from fastgp._typing import Kind
 
 KINDS: tuple[Kind, ...] = get_args(Kind)
+DEFAULT_WEIGHT = 10.0  # lambda of Gulrajani et al. (2017), the default of every penalty
 
 
 def penalty_of_norm(sumsq: jax.Array, norm: jax.Array, kind: Kind, target: float) -> jax.Array:

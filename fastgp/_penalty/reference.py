@@ -9,6 +9,7 @@ fastgp removes.
 import jax
 import jax.numpy as jnp
 
+from fastgp._penalty.kinds import DEFAULT_WEIGHT
 from fastgp._typing import Critic, Kind, PyTree
 
 
@@ -36,7 +37,11 @@ def naive_penalties(norms: jax.Array, *, kind: Kind = "wgan-gp", target: float =
 
 
 def naive_penalty_from_grads(
-    grads: PyTree, *, kind: Kind = "wgan-gp", target: float = 1.0, weight: float | jax.Array = 10.0
+    grads: PyTree,
+    *,
+    kind: Kind = "wgan-gp",
+    target: float = 1.0,
+    weight: float | jax.Array = DEFAULT_WEIGHT,
 ) -> jax.Array:
     """weight * mean_b p(n_b) on one device."""
     return weight * jnp.mean(naive_penalties(naive_grad_norms(grads), kind=kind, target=target))
@@ -48,7 +53,7 @@ def naive_gradient_penalty(
     *,
     kind: Kind = "wgan-gp",
     target: float = 1.0,
-    weight: float | jax.Array = 10.0,
+    weight: float | jax.Array = DEFAULT_WEIGHT,
 ) -> jax.Array:
     """Nested-``jax.grad`` gradient penalty of ``critic`` at ``x`` (one device, whole batch)."""
     grads = jax.grad(lambda y: jnp.sum(critic(y)))(x)

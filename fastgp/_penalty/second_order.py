@@ -24,9 +24,10 @@ import jax.numpy as jnp
 
 from fastgp._critic_ops import naming_first_order_only_ops
 from fastgp._penalty import validation
+from fastgp._penalty.gradients import input_gradients
 from fastgp._penalty.rowops import norms_and_penalties, row_scale
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
-from fastgp.distributed import collective_axes, global_count, global_mean, varying_axes
+from fastgp.distributed import global_count, global_mean
 
 Converted = Callable[..., jax.Array]  # the closure-converted critic: (x, *consts) -> scores
 Consts = tuple[jax.Array, ...]  # the critic's hoisted closed-over values (its parameters)
@@ -72,18 +73,6 @@ def mean_penalty_and_norms(
         ) from err
 
 
-def _input_gradients(
-    converted: Converted, x: PyTree, consts: Consts, penalty: "_Penalty"
-) -> PyTree:
-    """(grads of Σ scores w.r.t. x, in x's structure) for the closure-converted critic."""
-    _, batch = validation.leaves_of(x, "x")
-    scores, pullback = jax.vjp(lambda y: converted(y, *consts), x)
-    batch_axes = set(collective_axes(penalty.axis_name)) & varying_axes(x)
-    validation.check_scores(scores, batch, penalty.sample_axes, batch_axes)
-    (grads,) = pullback(jnp.ones_like(scores))
-    return grads
-
-
 @dataclasses.dataclass(frozen=True)
 class _Penalty:
     """The penalty's static part: the closure-converted critic and the penalty's options."""
@@ -97,7 +86,12 @@ class _Penalty:
 
     def forward(self, x: PyTree, consts: Consts) -> tuple[jax.Array, jax.Array, PyTree]:
         """(mean penalty over the global batch, (B_local,) norms, input-gradients) at x."""
-        grads = _input_gradients(self.converted, x, consts, self)
+        _, grads = input_gradients(
+            lambda y: self.converted(y, *consts),
+            x,
+            axis_name=self.axis_name,
+            sample_axis_name=self.sample_axes,
+        )
         leaves, _ = validation.leaves_of(grads, "grads")
         norms, penalties = norms_and_penalties(
             leaves, self.kind, self.target, self.backend, self.sample_axes

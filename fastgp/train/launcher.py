@@ -175,63 +175,97 @@ def supervise(
     reach stderr). If any process fails, the rest are stopped and a line on stderr names it; the
     failing exit status (1 for a signal) is returned. See the module docstring for signals.
     """
-    procs, signals = [], _Signals()
+    procs: list[subprocess.Popen[Any]] = []
+    signals = _Signals()
     try:
         previous = {s: signal.signal(s, signals) for s in (signal.SIGTERM, signal.SIGINT)}
     except ValueError:  # not the main thread: signals keep their handlers
         previous = {}
     forwarded = 0
     try:
-        for i, cmd in enumerate(commands):
-            out = subprocess.DEVNULL if (i and quiet_others) else None
-            procs.append(subprocess.Popen(cmd, env=env, stdout=out, preexec_fn=_child_setup))
-            print(
-                f"fastgp: started process {i} of {len(commands)} (pid {procs[-1].pid})",
-                file=sys.stderr,
-                flush=True,
-            )
+        _start(procs, commands, env, quiet_others)
         while True:
             if len(signals.received) > forwarded:
                 if forwarded or not graceful:
-                    _stop(procs)
-                    name = signal.Signals(signals.received[-1]).name
-                    print(
-                        f"fastgp: {'second ' if forwarded else ''}{name}; killed all processes",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    return 128 + signals.received[-1]
+                    return _kill_on_signal(procs, signals.received[-1], second=bool(forwarded))
                 forwarded = len(signals.received)
-                name = signal.Signals(signals.received[0]).name
-                print(
-                    f"fastgp: {name}: asking every process to stop at its next chunk end "
-                    f"({name} again to kill them)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                for p in procs:
-                    if p.poll() is None:
-                        p.send_signal(signals.received[0])
-            codes = [p.poll() for p in procs]
-            failed = [
-                (i, c)
-                for i, c in enumerate(codes)
-                if c not in (None, 0) and not (graceful and _graceful(c))
-            ]
-            if failed:
-                i, code = failed[0]
-                message = _failure(procs, i, code)
-                _stop(procs, grace=GRACE_S)
-                print(message, file=sys.stderr, flush=True)
-                return code if code > 0 else 1
-            finished = [c for c in codes if c is not None]
-            if len(finished) == len(codes):
-                return max(finished)
+                _forward(procs, signals.received[0])
+            status = _status(procs, graceful)
+            if status is not None:
+                return status
             time.sleep(POLL_S)
     finally:
         _stop(procs)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _start(
+    procs: list[subprocess.Popen[Any]],
+    commands: Sequence[Sequence[str]],
+    env: Mapping[str, str] | None,
+    quiet_others: bool,
+) -> None:
+    """Start process i with ``commands[i]``, appending each to ``procs`` as it starts (so that
+    the caller stops those started if a later one cannot be)."""
+    for i, cmd in enumerate(commands):
+        out = subprocess.DEVNULL if (i and quiet_others) else None
+        procs.append(subprocess.Popen(cmd, env=env, stdout=out, preexec_fn=_child_setup))
+        print(
+            f"fastgp: started process {i} of {len(commands)} (pid {procs[-1].pid})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _kill_on_signal(procs: Sequence[subprocess.Popen[Any]], signum: int, *, second: bool) -> int:
+    """Kill every child on ``signum`` (the second one, or any without ``graceful``); 128 + it."""
+    _stop(procs)
+    name = signal.Signals(signum).name
+    print(
+        f"fastgp: {'second ' if second else ''}{name}; killed all processes",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + signum
+
+
+def _forward(procs: Sequence[subprocess.Popen[Any]], signum: int) -> None:
+    """Pass the first ``signum`` on to every running child: they stop at their next chunk end."""
+    name = signal.Signals(signum).name
+    print(
+        f"fastgp: {name}: asking every process to stop at its next chunk end "
+        f"({name} again to kill them)",
+        file=sys.stderr,
+        flush=True,
+    )
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signum)
+
+
+def _status(procs: Sequence[subprocess.Popen[Any]], graceful: bool) -> int | None:
+    """The supervisor's exit status once it is decided, else None (children still running).
+
+    A child that failed (a graceful stop's status excepted with ``graceful``) stops the others
+    after ``GRACE_S`` and is named on stderr: its status, 1 for a signal. Else, once every child
+    has exited, the largest status."""
+    codes = [p.poll() for p in procs]
+    failed = [
+        (i, c)
+        for i, c in enumerate(codes)
+        if c not in (None, 0) and not (graceful and _graceful(c))
+    ]
+    if failed:
+        i, code = failed[0]
+        message = _failure(procs, i, code)
+        _stop(procs, grace=GRACE_S)
+        print(message, file=sys.stderr, flush=True)
+        return code if code > 0 else 1
+    finished = [c for c in codes if c is not None]
+    if len(finished) == len(codes):
+        return max(finished)
+    return None
 
 
 def start_distributed(coordinator: str, num_processes: int, process_id: int) -> None:

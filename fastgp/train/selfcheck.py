@@ -27,7 +27,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -121,6 +121,16 @@ def digits_problem(config: TrainConfig) -> tuple[Model, Model, Callable[..., Any
     )
 
 
+class _Trained(NamedTuple):
+    """One path's run of the check: its first gradients and its state before and after."""
+
+    state0: Any  # the initial TrainState
+    grads: tuple[Any, Any]  # (critic, generator) gradients at state0
+    state: Any  # the TrainState after the run
+    metrics: dict[str, Any]
+    seconds: float  # wall time, compilation included
+
+
 def run_check(
     devices: int,
     steps: int,
@@ -143,20 +153,9 @@ def run_check(
     CPU, "pallas" on TPU and GPU (the default "auto" is XLA everywhere, so the check forces the
     kernel to exercise it); "xla" in a job of several processes, where interpret mode cannot run.
     ``dataset``: "8gaussians" (GELU MLPs) or "digits" (conv critic and generator).
+    Raises ValueError for an unknown dataset or more devices than are visible.
     """
-    if dataset not in CHECK_DATASETS:
-        raise ValueError(f"unknown check dataset {dataset!r}; valid: {', '.join(CHECK_DATASETS)}")
-    available = jax.devices()
-    if devices > len(available):
-        raise ValueError(
-            f"the check needs {devices} devices but only {len(available)} are "
-            f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
-            f"{devices} before JAX starts (fastgp check --devices {devices} does this)"
-        )
-    if backend is None and jax.process_count() > 1:
-        backend = "xla"
-    elif backend is None:
-        backend = "tpu-interpret" if jax.default_backend() == "cpu" else "pallas"
+    available = _visible_devices(devices, dataset)
     latent = {"latent_dim": DIGITS.fields["latent_dim"]} if dataset == "digits" else {}
     config = TrainConfig(
         batch_size=batch_size,
@@ -164,7 +163,7 @@ def run_check(
         gp_kind=gp_kind,
         gp_every=gp_every,
         precision=precision,
-        backend=backend,
+        backend=_check_backend(backend),
         lr_g=lr,
         lr_d=lr,
         seed=seed,
@@ -174,25 +173,83 @@ def run_check(
     problem = toy_problem(config) if dataset == "8gaussians" else digits_problem(config)
     sharded = Trainer(config, *problem, mesh=make_mesh(available[:devices]))
     naive = NaiveTrainer(config, *problem)
+    ours, ref = _train(sharded, steps), _train(naive, steps)
+    diffs = _differences(ours, ref, devices)
+    bounds = {k: TOLERANCES[precision].get(k, TOLERANCES[precision]["values"]) for k in diffs}
+    return {
+        "ok": _within(diffs, bounds, ours.metrics, ref.metrics),
+        "max_rel_diff": diffs,
+        "tolerance": bounds,
+        "mesh": _mesh_record(sharded, available[0].platform),
+        "config": dataclasses.asdict(config),
+        "dataset": dataset,
+        "steps": steps,
+        "processes": jax.process_count(),
+        "nonfinite_norms": int(np.sum(ours.metrics["nonfinite"])),
+        # wall time of each path, compilation included
+        "seconds": {"sharded": round(ours.seconds, 3), "naive": round(ref.seconds, 3)},
+    }
 
-    start = time.perf_counter()
-    state0 = sharded.init()
-    grads = sharded.gradients(state0)
-    state, metrics = jax.block_until_ready(sharded.run(state0, steps))
-    sharded_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    ref0 = naive.init()
-    ref_grads = naive.gradients(ref0)
-    ref, ref_metrics = naive.run(ref0, steps)
-    naive_seconds = time.perf_counter() - start
 
-    def updates(s: Any, s0: Any) -> Any:
-        return jax.tree.map(
-            lambda a, b: np.asarray(a) - np.asarray(b),
-            (s.g_params, s.d_params),
-            (s0.g_params, s0.d_params),
+def _visible_devices(devices: int, dataset: str) -> list[Any]:
+    """``jax.devices()``; ValueError for a ``dataset`` the check does not know, or (saying how to
+    get more on CPU) when fewer than ``devices`` are visible."""
+    if dataset not in CHECK_DATASETS:
+        raise ValueError(f"unknown check dataset {dataset!r}; valid: {', '.join(CHECK_DATASETS)}")
+    available = jax.devices()
+    if devices > len(available):
+        raise ValueError(
+            f"the check needs {devices} devices but only {len(available)} are "
+            f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
+            f"{devices} before JAX starts (fastgp check --devices {devices} does this)"
         )
+    return available
 
+
+def _mesh_record(sharded: Trainer, platform: str) -> dict[str, Any]:
+    """The report's description of the sharded trainer's mesh."""
+    return {
+        "axis_names": list(sharded.mesh.axis_names),
+        "shape": [sharded.devices],
+        "platform": platform,
+        "devices": [str(d) for d in sharded.mesh.devices.flat],
+    }
+
+
+def _check_backend(backend: Backend | None) -> Backend:
+    """``backend``, or for None the kernel's: "xla" across processes (interpret mode runs in one
+    only), else "tpu-interpret" on CPU and "pallas" on TPU and GPU."""
+    if backend is None and jax.process_count() > 1:
+        return "xla"
+    if backend is None:
+        return "tpu-interpret" if jax.default_backend() == "cpu" else "pallas"
+    return backend
+
+
+def _train(trainer: Trainer | NaiveTrainer, steps: int) -> _Trained:
+    """Initialise ``trainer``, take its first gradients and run ``steps`` iterations, timed."""
+    start = time.perf_counter()
+    state0 = trainer.init()
+    grads = trainer.gradients(state0)
+    state, metrics = jax.block_until_ready(trainer.run(state0, steps))
+    return _Trained(state0, grads, state, metrics, time.perf_counter() - start)
+
+
+def _updates(trained: _Trained) -> Any:
+    """(generator, critic) parameter updates of a run: float arrays, after minus before."""
+    after, before = trained.state, trained.state0
+    return jax.tree.map(
+        lambda a, b: np.asarray(a) - np.asarray(b),
+        (after.g_params, after.d_params),
+        (before.g_params, before.d_params),
+    )
+
+
+def _differences(ours: _Trained, ref: _Trained, devices: int) -> dict[str, float]:
+    """Each reported quantity's difference, sharded (``ours``) vs naive (``ref``): the per-step
+    losses, the per-core norm statistics, the first gradients, the final parameters
+    (:func:`max_rel_diff`) and the parameter updates (:func:`rel_l2_diff`)."""
+    metrics, ref_metrics = ours.metrics, ref.metrics
     diffs = {
         name: max_rel_diff(metrics[name], ref_metrics[name])
         for name in ("critic_loss", "penalty", "wasserstein", "generator_loss")
@@ -201,37 +258,29 @@ def run_check(
         {k: metrics[k] for k in ("norm_mean", "norm_min", "norm_max")},
         _shard_norm_stats(ref_metrics["norms"], devices),
     )
-    diffs["critic_grads"] = max_rel_diff(grads[0], ref_grads[0])
-    diffs["generator_grads"] = max_rel_diff(grads[1], ref_grads[1])
-    diffs["params"] = max_rel_diff((state.g_params, state.d_params), (ref.g_params, ref.d_params))
-    diffs["param_updates"] = rel_l2_diff(updates(state, state0), updates(ref, ref0))
+    diffs["critic_grads"] = max_rel_diff(ours.grads[0], ref.grads[0])
+    diffs["generator_grads"] = max_rel_diff(ours.grads[1], ref.grads[1])
+    diffs["params"] = max_rel_diff(
+        (ours.state.g_params, ours.state.d_params), (ref.state.g_params, ref.state.d_params)
+    )
+    diffs["param_updates"] = rel_l2_diff(_updates(ours), _updates(ref))
+    return diffs
 
+
+def _within(
+    diffs: dict[str, float],
+    bounds: dict[str, float | None],
+    metrics: dict[str, Any],
+    ref_metrics: dict[str, Any],
+) -> bool:
+    """The verdict: every gated difference within its bound, and the same non-finite norm counts
+    and penalty steps as the naive trainer."""
     ref_nonfinite = np.sum(~np.isfinite(ref_metrics["norms"]), -1) * ref_metrics["gp_applied"]
-    tol = TOLERANCES[precision]
-    bounds = {k: tol.get(k, tol["values"]) for k in diffs}
-    ok = (
+    return (
         all(bound is None or diffs[k] <= bound for k, bound in bounds.items())
         and bool(np.array_equal(np.sum(metrics["nonfinite"], -1), ref_nonfinite))
         and bool(np.array_equal(metrics["gp_applied"], ref_metrics["gp_applied"]))
     )
-    return {
-        "ok": ok,
-        "max_rel_diff": diffs,
-        "tolerance": bounds,
-        "mesh": {
-            "axis_names": list(sharded.mesh.axis_names),
-            "shape": [devices],
-            "platform": available[0].platform,
-            "devices": [str(d) for d in sharded.mesh.devices.flat],
-        },
-        "config": dataclasses.asdict(config),
-        "dataset": dataset,
-        "steps": steps,
-        "processes": jax.process_count(),
-        "nonfinite_norms": int(np.sum(metrics["nonfinite"])),
-        # wall time of each path, compilation included
-        "seconds": {"sharded": round(sharded_seconds, 3), "naive": round(naive_seconds, 3)},
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

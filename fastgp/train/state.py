@@ -84,86 +84,13 @@ class TrainConfig:
     second_order: ConfigSecondOrder = "reverse-over-forward"
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
-                raise ConfigError(
-                    name, f"{name} must be a positive integer <= {INT32_MAX}, got {value!r}"
-                )
-        if self.gp_kind not in TRAIN_KINDS:
-            raise ConfigError(
-                "gp_kind", f"unknown gp_kind {self.gp_kind!r}; expected one of {TRAIN_KINDS}"
-            )
-        if self.precision not in PRECISIONS:
-            raise ConfigError(
-                "precision",
-                f"unknown precision {self.precision!r}; expected one of {tuple(PRECISIONS)}",
-            )
-        if self.backend not in BACKENDS:
-            raise ConfigError(
-                "backend", f"unknown backend {self.backend!r}; expected one of {BACKENDS}"
-            )
-        for name in ("gp_target", "gp_sigma", "lr_g", "lr_d"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ConfigError(name, f"{name} must be a finite positive number, got {value!r}")
-        if not (
-            isinstance(self.gp_weight, (int, float))
-            and math.isfinite(self.gp_weight)
-            and self.gp_weight >= 0
-        ):
-            raise ConfigError(
-                "gp_weight", f"gp_weight must be a finite number >= 0, got {self.gp_weight!r}"
-            )
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ConfigError("betas", f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        if (
-            not isinstance(self.seed, int)
-            or isinstance(self.seed, bool)
-            or not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]
-        ):
-            raise ConfigError(
-                "seed",
-                f"seed must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {self.seed!r}",
-            )
-        if self.second_order not in CONFIG_SECOND_ORDER:
-            raise ConfigError(
-                "second_order",
-                f"unknown second_order {self.second_order!r}; expected one of "
-                f"{CONFIG_SECOND_ORDER}",
-            )
-        if self.gp_kind == "approximate-r1" and self.second_order == "auto":
-            raise ConfigError(
-                ("gp_kind", "second_order"),
-                "second_order='auto' times the exact penalty's second orders; "
-                "gp_kind='approximate-r1' takes first-order autodiff only",
-            )
-        if not (isinstance(self.decay_fraction, (int, float)) and 0 <= self.decay_fraction <= 1):
-            raise ConfigError(
-                "decay_fraction",
-                f"decay_fraction must be a number in [0, 1], got {self.decay_fraction!r}",
-            )
-        steps = self.total_steps
-        if steps is not None and (
-            not isinstance(steps, int) or isinstance(steps, bool) or steps < 1
-        ):
-            raise ConfigError(
-                "total_steps", f"total_steps must be a positive integer or None, got {steps!r}"
-            )
-        if steps is not None and steps * self.n_critic > INT32_MAX:
-            raise ConfigError(
-                ("total_steps", "n_critic"),
-                (
-                    f"total_steps x n_critic = {steps} x {self.n_critic} = {steps * self.n_critic} "
-                    f"critic steps; the step counters are int32, so at most {INT32_MAX}"
-                ),
-            )
-        if self.decay_fraction > 0 and steps is None:
-            raise ConfigError(
-                "decay_fraction",
-                "decay_fraction > 0 needs total_steps (the run's "
-                "generator iterations) to place the decay",
-            )
+        """Raise ConfigError naming the first invalid field(s), checked group by group."""
+        _check_counts(self)
+        _check_choices(self)
+        _check_numbers(self)
+        _check_seed(self)
+        _check_second_order(self)
+        _check_length(self)
 
     @property
     def dtype(self) -> Any:
@@ -183,6 +110,110 @@ class TrainConfig:
         if self.second_order == "auto":
             raise ValueError("second_order='auto' is resolved before training")
         return self.second_order
+
+
+def _check_counts(config: TrainConfig) -> None:
+    """batch_size, n_critic, gp_every and latent_dim: integers in 1..INT32_MAX (not bools)."""
+    for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
+            raise ConfigError(
+                name, f"{name} must be a positive integer <= {INT32_MAX}, got {value!r}"
+            )
+
+
+def _check_choices(config: TrainConfig) -> None:
+    """gp_kind, precision and backend: one of their known names."""
+    if config.gp_kind not in TRAIN_KINDS:
+        raise ConfigError(
+            "gp_kind", f"unknown gp_kind {config.gp_kind!r}; expected one of {TRAIN_KINDS}"
+        )
+    if config.precision not in PRECISIONS:
+        raise ConfigError(
+            "precision",
+            f"unknown precision {config.precision!r}; expected one of {tuple(PRECISIONS)}",
+        )
+    if config.backend not in BACKENDS:
+        raise ConfigError(
+            "backend", f"unknown backend {config.backend!r}; expected one of {BACKENDS}"
+        )
+
+
+def _check_numbers(config: TrainConfig) -> None:
+    """gp_target, gp_sigma and the learning rates finite and > 0; gp_weight finite and >= 0;
+    betas two numbers in [0, 1)."""
+    for name in ("gp_target", "gp_sigma", "lr_g", "lr_d"):
+        value = getattr(config, name)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ConfigError(name, f"{name} must be a finite positive number, got {value!r}")
+    if not (
+        isinstance(config.gp_weight, (int, float))
+        and math.isfinite(config.gp_weight)
+        and config.gp_weight >= 0
+    ):
+        raise ConfigError(
+            "gp_weight", f"gp_weight must be a finite number >= 0, got {config.gp_weight!r}"
+        )
+    if len(config.betas) != 2 or not all(0 <= b < 1 for b in config.betas):
+        raise ConfigError("betas", f"betas must be two numbers in [0, 1), got {config.betas!r}")
+
+
+def _check_seed(config: TrainConfig) -> None:
+    """seed: an integer (not a bool) in SEED_RANGE."""
+    if (
+        not isinstance(config.seed, int)
+        or isinstance(config.seed, bool)
+        or not SEED_RANGE[0] <= config.seed <= SEED_RANGE[1]
+    ):
+        raise ConfigError(
+            "seed",
+            f"seed must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {config.seed!r}",
+        )
+
+
+def _check_second_order(config: TrainConfig) -> None:
+    """second_order: one of CONFIG_SECOND_ORDER, and not "auto" with gp_kind approximate-r1."""
+    if config.second_order not in CONFIG_SECOND_ORDER:
+        raise ConfigError(
+            "second_order",
+            f"unknown second_order {config.second_order!r}; expected one of {CONFIG_SECOND_ORDER}",
+        )
+    if config.gp_kind == "approximate-r1" and config.second_order == "auto":
+        raise ConfigError(
+            ("gp_kind", "second_order"),
+            "second_order='auto' times the exact penalty's second orders; "
+            "gp_kind='approximate-r1' takes first-order autodiff only",
+        )
+
+
+def _check_length(config: TrainConfig) -> None:
+    """decay_fraction in [0, 1]; total_steps None or a positive integer whose critic steps fit
+    the int32 counters; a decay needs total_steps."""
+    if not (isinstance(config.decay_fraction, (int, float)) and 0 <= config.decay_fraction <= 1):
+        raise ConfigError(
+            "decay_fraction",
+            f"decay_fraction must be a number in [0, 1], got {config.decay_fraction!r}",
+        )
+    steps = config.total_steps
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise ConfigError(
+            "total_steps", f"total_steps must be a positive integer or None, got {steps!r}"
+        )
+    if steps is not None and steps * config.n_critic > INT32_MAX:
+        raise ConfigError(
+            ("total_steps", "n_critic"),
+            (
+                f"total_steps x n_critic = {steps} x {config.n_critic} = "
+                f"{steps * config.n_critic} critic steps; the step counters are int32, so at "
+                f"most {INT32_MAX}"
+            ),
+        )
+    if config.decay_fraction > 0 and steps is None:
+        raise ConfigError(
+            "decay_fraction",
+            "decay_fraction > 0 needs total_steps (the run's "
+            "generator iterations) to place the decay",
+        )
 
 
 class TrainState(NamedTuple):

@@ -31,9 +31,9 @@ the weight-gradient convolutions inside a loop body for a slow path (many times 
 iteration in the scan than written out; docs/trainer.md has the measurements), and a dispatch
 per iteration costs little there. The MLP pairs run fused on CPU too: their scan
 compiles faster and costs less CPU time per iteration than the written-out iteration
-(``benchmarks/train_time.py``). Written out, a ``gp_every`` that divides ``n_critic`` decides the
-lazy penalty of each critic step at trace time (no ``lax.cond``). ``run.lower`` lowers the fused
-program either way.
+(``benchmarks/train_time.py``); ``fastgp.train.fusion`` holds that choice. Written out, a
+``gp_every`` that divides ``n_critic`` decides the lazy penalty of each critic step at trace
+time (no ``lax.cond``). ``run.lower`` lowers the fused program either way.
 
 ``metrics`` from ``run`` (I = iterations, C = n_critic, N = devices; gathered from every core):
     critic_loss, penalty, wasserstein          (I, C, N) float32  global values, as seen by core n
@@ -60,6 +60,7 @@ from fastgp._backends import blocking, check_backend_for_manual_axes
 from fastgp.distributed import global_batch_slice, global_mean
 from fastgp.penalty import gradient_penalty_and_norms, interpolate
 from fastgp.train import diagnostics
+from fastgp.train.fusion import LOOP_SLOW_ON_CPU, default_fused, network_primitives
 from fastgp.train.models import Model
 from fastgp.train.state import (
     TrainConfig,
@@ -72,46 +73,6 @@ from fastgp.train.state import (
 )
 
 AXIS = "data"
-# Primitives XLA:CPU runs several times slower inside a loop body (``lax.scan``, ``lax.cond``)
-# than at the top level of a program; a network that holds one runs unfused on CPU by default.
-LOOP_SLOW_ON_CPU = frozenset({"conv_general_dilated"})
-
-
-def network_primitives(generator: Model, critic: Model, config: TrainConfig) -> frozenset[str]:
-    """The names of the primitives in ``critic(generator(z))`` under ``config`` (nested calls
-    included), traced on abstract values: nothing is initialised or computed. Convolutions
-    appear here as ``conv_general_dilated`` (transposed ones too); their gradients are
-    convolutions as well."""
-    key = jax.random.PRNGKey(0)
-    g_params, d_params = jax.eval_shape(generator.init, key), jax.eval_shape(critic.init, key)
-    z = jax.ShapeDtypeStruct((2, config.latent_dim), jnp.float32)
-
-    def forward(g_params: Any, d_params: Any, z: jax.Array) -> jax.Array:
-        fake = generator.apply(g_params, z, dtype=config.dtype)
-        return critic.apply(d_params, fake, dtype=config.dtype)
-
-    names: set[str] = set()
-    _collect_primitives(jax.make_jaxpr(forward)(g_params, d_params, z).jaxpr, names)
-    return frozenset(names)
-
-
-def _collect_primitives(jaxpr: Any, names: set[str]) -> None:
-    for eqn in jaxpr.eqns:
-        names.add(eqn.primitive.name)
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, tuple | list) else (value,):
-                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
-                if hasattr(sub, "eqns"):
-                    _collect_primitives(sub, names)
-
-
-def default_fused(platform: str, generator: Model, critic: Model, config: TrainConfig) -> bool:
-    """Whether ``Trainer.run`` fuses its iterations by default on ``platform``: everywhere but on
-    CPU when the networks hold a primitive of :data:`LOOP_SLOW_ON_CPU` (the digits conv pair);
-    the MLP pairs fuse on CPU too."""
-    if platform != "cpu":
-        return True
-    return not network_primitives(generator, critic, config) & LOOP_SLOW_ON_CPU
 
 
 def make_mesh(devices: Sequence[Any] | None = None) -> Mesh:

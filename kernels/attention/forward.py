@@ -89,21 +89,24 @@ def flash_forward(
     block_k: int,
     interpret: Interpret = False,
     vmem_limit_bytes: int | None = None,
+    q_offset: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """Attention forward with its log-sum-exp: online softmax over key blocks.
 
     Args:
       q, k, v: (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv); f32, bf16 or f16.
       key_mask: (B, Tk) int32, 1 = valid key.
-      scale: multiplies q.k. causal: query i sees key j only if j <= i.
+      scale: multiplies q.k. causal: query i sees key j only if j <= q_offset + i.
       block_q, block_k: must divide Tq and Tk (``flash_blocks``).
       interpret: Pallas interpret mode (True or ``pltpu.InterpretParams``).
+      q_offset: the first query's position among the keys (causal only; a sequence shard's
+        start), 0 by default.
       vmem_limit_bytes: scoped-VMEM limit (``flash_blocks(...).vmem_limit_bytes``; None: default).
 
     Returns:
       o (B, H, Tq, Dv) in q.dtype and lse (B, H, Tq) float32 (0 and 0 for rows with no valid key).
     """
-    lay = layout(q, k, v, block_q, block_k, causal)
+    lay = layout(q, k, v, block_q, block_k, causal, q_offset)
     b, h = lay.batch, lay.heads
     e = lay.elements()
     o, lse = pl.pallas_call(

@@ -66,6 +66,7 @@ class Layout:
     bq: int
     bk: int
     causal: bool
+    q_offset: int = 0  # the first query's position among the keys (a sequence shard's start)
 
     @property
     def nq(self) -> int:
@@ -78,16 +79,19 @@ class Layout:
     # lax.div, not //: jnp's floor division lowers through sign(), which Mosaic lowers only when
     # the compiling host is itself a TPU (operands here are non-negative, so they agree).
     def last_k(self, i: jax.Array) -> jax.Array:
-        """The last key block that query block i sees (causal)."""
-        return lax.div(i * self.bq + (self.bq - 1), self.bk)
+        """The last key block that query block i sees (causal), at most the last block."""
+        last = lax.div(self.q_offset + i * self.bq + (self.bq - 1), self.bk)
+        return jnp.minimum(last, self.nk - 1)
 
     def first_q(self, j: jax.Array) -> jax.Array:
         """The first query block that sees key block j (causal)."""
-        return lax.div(j * self.bk, self.bq)
+        return lax.div(jnp.maximum(j * self.bk - self.q_offset, 0), self.bq)
 
     def visits(self, i: jax.Array, j: jax.Array) -> jax.Array | bool:
-        """Whether block (query i, key j) holds a visible pair: j * bk <= i * bq + bq - 1."""
-        return j * self.bk <= i * self.bq + (self.bq - 1) if self.causal else True
+        """Whether block (query i, key j) holds a visible pair: j * bk <= the block's last row."""
+        if not self.causal:
+            return True
+        return j * self.bk <= self.q_offset + i * self.bq + (self.bq - 1)
 
     def k_index(self, i: jax.Array, j: jax.Array) -> jax.Array:
         """Key block to fetch at query-major step (i, j): a skipped block repeats the last used."""
@@ -103,7 +107,8 @@ class Layout:
         """Visited (query block, key block) pairs per (b, h)."""
         if not self.causal:
             return self.nq * self.nk
-        return sum(min(self.nk, (i * self.bq + self.bq - 1) // self.bk + 1) for i in range(self.nq))
+        last_rows = (self.q_offset + i * self.bq + self.bq - 1 for i in range(self.nq))
+        return sum(min(self.nk, row // self.bk + 1) for row in last_rows)
 
     def elements(self) -> int:
         return self.batch * self.heads * self.visited() * self.bq * self.bk
@@ -117,7 +122,7 @@ class Layout:
         shape = (self.bq, self.bk)
         valid = jnp.broadcast_to(key_row, shape) != 0
         if self.causal:
-            row = i * self.bq + lax.broadcasted_iota(jnp.int32, shape, 0)
+            row = self.q_offset + i * self.bq + lax.broadcasted_iota(jnp.int32, shape, 0)
             col = j * self.bk + lax.broadcasted_iota(jnp.int32, shape, 1)
             valid = jnp.logical_and(valid, col <= row)
         return valid
@@ -128,17 +133,24 @@ class Layout:
         valid = lanes(key_col, self.bq) > 0.5
         if self.causal:
             key = j * self.bk + lax.broadcasted_iota(jnp.int32, shape, 0)
-            query = i * self.bq + lax.broadcasted_iota(jnp.int32, shape, 1)
+            query = self.q_offset + i * self.bq + lax.broadcasted_iota(jnp.int32, shape, 1)
             valid = jnp.logical_and(valid, key <= query)
         return valid
 
 
 def layout(
-    q: jax.Array, k: jax.Array, v: jax.Array, block_q: int, block_k: int, causal: bool
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    block_q: int,
+    block_k: int,
+    causal: bool,
+    q_offset: int = 0,
 ) -> Layout:
     batch, heads, tq, d = q.shape
     tk, dv = k.shape[2], v.shape[3]
-    return Layout(batch, heads, tq, tk, d, dv, min(block_q, tq), min(block_k, tk), causal)
+    bq, bk = min(block_q, tq), min(block_k, tk)
+    return Layout(batch, heads, tq, tk, d, dv, bq, bk, causal, q_offset)
 
 
 def nbytes(*arrays: jax.Array) -> int:
@@ -198,7 +210,7 @@ def q_stat_streamed(lay: Layout) -> pl.BlockSpec:  # (B, H, 1, Tq), key-major
 
 # --- Entry points ---------------------------------------------------------------------------
 
-STATIC = ("scale", "causal", "block_q", "block_k", "interpret", "vmem_limit_bytes")
+STATIC = ("scale", "causal", "q_offset", "block_q", "block_k", "interpret", "vmem_limit_bytes")
 
 
 def stat_rows(x: jax.Array) -> jax.Array:

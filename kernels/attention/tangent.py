@@ -97,6 +97,7 @@ def flash_tangent(
     block_k: int,
     interpret: Interpret = False,
     vmem_limit_bytes: int | None = None,
+    q_offset: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """The JVP of ``flash_forward`` at (q, k, v) with its saved o, lse, along (dq, dk, dv).
 
@@ -104,7 +105,7 @@ def flash_tangent(
       do (B, H, Tq, Dv) in q.dtype and dlse (B, H, Tq) float32. Arguments as ``flash_forward``;
       o, lse are its outputs, dq, dk, dv tangents shaped like q, k, v.
     """
-    lay = layout(q, k, v, block_q, block_k, causal)
+    lay = layout(q, k, v, block_q, block_k, causal, q_offset)
     b, h = lay.batch, lay.heads
     e = lay.elements()
     kv_bytes = (lay.d * (k.dtype.itemsize + dk.dtype.itemsize)) + lay.dv * (

@@ -135,6 +135,7 @@ def flash_vjp(
     block_k: int,
     interpret: Interpret = False,
     vmem_limit_bytes: int | None = None,
+    q_offset: int = 0,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The VJP of ``flash_forward`` (the transpose of ``flash_tangent``) for cotangents g_o, g_lse.
 
@@ -146,7 +147,7 @@ def flash_vjp(
       g_q, g_k, g_v in the dtypes of q, k, v. Arguments as ``flash_tangent``; g_o (B, H, Tq, Dv),
       g_lse (B, H, Tq).
     """
-    lay = layout(q, k, v, block_q, block_k, causal)
+    lay = layout(q, k, v, block_q, block_k, causal, q_offset)
     delta = jnp.sum(g_o.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)
     rows = (stat_rows(lse), stat_rows(delta - g_lse.astype(jnp.float32)), key_rows(key_mask))
     params = compiler_params(vmem_limit_bytes)

@@ -1,0 +1,1 @@
+"""Long-sequence ViT critic steps with flash and jnp attention, compiled for TPU chips."""

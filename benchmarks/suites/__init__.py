@@ -1,0 +1,1 @@
+"""The pytest-benchmark suites (`make bench`) and their report (results/suites/bench.md)."""

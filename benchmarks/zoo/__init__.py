@@ -1,0 +1,1 @@
+"""The critic zoo: six critics after published designs, their programs, TPU compiles, capacity."""

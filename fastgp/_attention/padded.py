@@ -1,0 +1,59 @@
+"""One device's attention: the bhtd layout, padding to whole blocks, and the primitives' call.
+
+    attend(q, k, v, key_mask, *, scale, causal, backend, q_offset=0) -> (B, Tq, H, Dv)
+
+q (B, Tq, H, D), k (B, Tk, H, D), v (B, Tk, H, Dv) and the (B, Tk) bool key mask, checked by
+the caller; ``backend`` is resolved ("xla" or a kernel backend). ``q_offset`` is the first query's
+position among the keys (a sequence shard's start; causal masking only).
+"""
+
+import jax
+import jax.numpy as jnp
+from einops import rearrange
+
+from fastgp._attention import rules
+from fastgp._attention.binding import blocks as kernel_blocks
+from fastgp._attention.config import Config
+from fastgp._typing import Backend
+from fastgp.kernels.tiling import round_up
+
+XLA_BLOCK = 512  # queries and keys per step of the blockwise loops: (512, 512) score tiles
+
+
+def _blocks(backend: Backend, tq: int, tk: int, d: int, itemsize: int) -> tuple[int, int]:
+    """(block_q, block_k): the kernel's tiling, or the XLA loop's keys per step."""
+    if backend == "xla":
+        return min(XLA_BLOCK, round_up(tq, 8)), min(XLA_BLOCK, round_up(tk, 8))
+    return kernel_blocks(backend, tq, tk, d, itemsize)
+
+
+def _padded(x: jax.Array, length: int) -> jax.Array:
+    """(B, T, H, D) -> (B, H, length, D), zeros after T."""
+    x = rearrange(x, "b t h d -> b h t d")
+    return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
+
+
+def attend(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    key_mask: jax.Array,
+    *,
+    scale: float,
+    causal: bool,
+    backend: Backend,
+    q_offset: int = 0,
+) -> jax.Array:
+    """(B, Tq, H, Dv) in q's dtype: the attention of these arrays on this device (see module)."""
+    tq, d, tk = q.shape[1], q.shape[3], k.shape[1]
+    block_q, block_k = _blocks(backend, tq, tk, d, jnp.dtype(q.dtype).itemsize)
+    tq_pad, tk_pad = round_up(tq, block_q), round_up(tk, block_k)
+    key_mask = jnp.pad(key_mask, ((0, 0), (0, tk_pad - tk)))
+    config = Config(scale, causal, block_q, block_k, backend, q_offset)
+    o, _ = rules.attention_with_lse(
+        _padded(q, tq_pad), _padded(k, tk_pad), _padded(v, tk_pad), key_mask, config
+    )
+    return rearrange(o[:, :, :tq], "b h t d -> b t h d")
+
+
+__all__ = ["XLA_BLOCK", "attend"]

@@ -1,0 +1,143 @@
+"""Sequence parallelism: attention whose token axis is split over mesh axes.
+
+    in_shard_map(q, k, v, key_mask, axes, **options)   inside shard_map, tokens over ``axes``
+    explicit(q, k, v, key_mask, **options)             explicit axes with the token axis sharded
+
+Each device keeps its own queries and gathers every device's keys, values and key mask along
+the token axis (an all-gather of k and v, as context parallelism does); nothing else is
+gathered. The gather is differentiable to every order (its transpose is a reduce-scatter), and
+the per-device attention is ``padded.attend``, so every derivative stays that of attention on
+one device.
+
+Causal masking: softmax does not depend on the order of the keys, so each device rolls the
+gathered keys until its own shard is last. Its queries then sit at the static offset T - T_local
+among them (the kernels' causal block skipping needs a static offset), the earlier shards'
+keys are all visible, and the later shards' keys are masked out through the key mask.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from fastgp._attention.padded import attend
+from fastgp._attention.sharding import check_vma_for
+from fastgp._sharding import axes_of, mesh_of, spec_of
+from fastgp.distributed import varying_axes
+
+
+def _gathered(x: jax.Array, axes: tuple[str, ...]) -> jax.Array:
+    """Every device's slice of the token axis (axis 1), in mesh order."""
+    return lax.all_gather(x, axes if len(axes) > 1 else axes[0], axis=1, tiled=True)
+
+
+def _check_varying(arrays: Sequence[tuple[str, jax.Array]], axes: tuple[str, ...]) -> None:
+    """Each array must vary over ``axes``, when any does (under ``shard_map(check_vma=False)``
+    no array carries its varying axes, and nothing can be checked)."""
+    if not any(set(axes) & varying_axes(x) for _, x in arrays):
+        return
+    for name, x in arrays:
+        missing = tuple(sorted(set(axes) - varying_axes(x)))
+        if missing:
+            raise ValueError(
+                f"fastgp.attention(sample_axis_name={axes!r}): {name} is the same on every "
+                f"device of the mesh axes {missing}, but with sample_axis_name each device must "
+                f"hold its own slice of the tokens. Pass each device's slice, or leave "
+                f"sample_axis_name unset for attention over tokens that are not split."
+            )
+
+
+def in_shard_map(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    key_mask: jax.Array | None,
+    axes: tuple[str, ...],
+    *,
+    causal: bool,
+    **options: Any,
+) -> jax.Array:
+    """Inside shard_map: q, k, v (B, T_local, H, D) and key_mask (B, T_local) or None are this
+    device's slice of the tokens, split over ``axes``; returns this device's (B, T_local, H, Dv).
+    ``options``: ``scale`` and the resolved ``backend`` of ``padded.attend``."""
+    arrays = [("q", q), ("k", k), ("v", v)]
+    _check_varying([*arrays, *([("the key mask", key_mask)] if key_mask is not None else [])], axes)
+    k_all, v_all = _gathered(k, axes), _gathered(v, axes)
+    if key_mask is None:
+        mask_all = jnp.ones((k.shape[0], k_all.shape[1]), bool)
+    else:
+        mask_all = _gathered(key_mask, axes)
+    if not causal:
+        return attend(q, k_all, v_all, mask_all, causal=False, **options)
+    t_local, t_all = q.shape[1], k_all.shape[1]
+    index = lax.axis_index(axes if len(axes) > 1 else axes[0])
+    position = jnp.arange(t_all)
+    mask_all = mask_all & (position < index * t_local)[None] | (
+        mask_all & ((position >= index * t_local) & (position < (index + 1) * t_local))[None]
+    )
+    shift = t_all - (index + 1) * t_local  # the own shard moves to the end
+    k_all, v_all, mask_all = (jnp.roll(x, shift, axis=1) for x in (k_all, v_all, mask_all))
+    return attend(q, k_all, v_all, mask_all, causal=True, q_offset=t_all - t_local, **options)
+
+
+def token_axes(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[str, ...]:
+    """Under explicit axes, the mesh axes q's token axis is split over (ValueError when q, k and
+    v are split differently along it or along the features)."""
+    specs = [spec_of(x) for x in (q, k, v)]
+    tokens = {spec[1] for spec in specs}
+    if len(tokens) != 1:
+        raise ValueError(
+            f"fastgp.attention: q, k and v must split their token axis alike, got the token "
+            f"shardings {[spec[1] for spec in specs]}; reshard k and v like q"
+        )
+    for name, spec in zip("qkv", specs, strict=True):
+        if spec[3] is not None:
+            raise ValueError(
+                f"fastgp.attention: {name}'s feature axis is sharded ({P(*spec)}); it must be "
+                f"whole on each device. Reshard it, e.g. over the heads axis instead."
+            )
+    return axes_of(specs[0][1])
+
+
+def explicit(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    key_mask: jax.Array | None,
+    *,
+    causal: bool,
+    **options: Any,
+) -> jax.Array:
+    """Explicit axes, q's token axis sharded: a shard_map over the arrays' mesh, batch and heads
+    as they are sharded, the tokens by :func:`in_shard_map`."""
+    axes = token_axes(q, k, v)
+    batch, _, heads, _ = spec_of(q)
+    specs = [P(batch, spec_of(x)[1], heads, None) for x in (q, k, v)]
+    mask_spec = P(batch, spec_of(q)[1])
+    mesh = mesh_of(q)
+    args: tuple[jax.Array, ...] = tuple(
+        jax.sharding.reshard(x, NamedSharding(mesh, s))
+        for x, s in zip((q, k, v), specs, strict=True)
+    )
+
+    def local(q: jax.Array, k: jax.Array, v: jax.Array, *mask: jax.Array) -> jax.Array:
+        return in_shard_map(q, k, v, mask[0] if mask else None, axes, causal=causal, **options)
+
+    in_specs = tuple(specs) + ((mask_spec,) if key_mask is not None else ())
+    if key_mask is not None:
+        args = (*args, jax.sharding.reshard(key_mask, NamedSharding(mesh, mask_spec)))
+    run = jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=in_specs,
+        out_specs=specs[0],
+        check_vma=check_vma_for(options["backend"]),
+    )
+    return run(*args)
+
+
+__all__ = ["explicit", "in_shard_map", "token_axes"]

@@ -1,0 +1,339 @@
+"""The ``fastgp`` command's argument parser: argument types, flags and one builder per subcommand.
+
+    parser = build_parser()          # fastgp {train,check,tune}
+    args = parser.parse_args(argv)   # a bad value exits 2 with a line naming its flag
+
+Flags that set ``TrainConfig`` fields default to None, the dataset's recipe
+(``fastgp.train.recipes``), whose values their help lists; ``fastgp check``'s defaults are
+``fastgp.train.selfcheck.run_check``'s keyword arguments (:data:`CHECK_OPTIONS`).
+``fastgp.train.cli`` validates the parsed flags together and dispatches.
+"""
+
+import argparse
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastgp._backends import BACKENDS
+from fastgp._penalty.kinds import KINDS
+from fastgp.penalty import SECOND_ORDER
+from fastgp.train import selfcheck, tune_command
+from fastgp.train.data import CHECK_DATASETS, DATASETS
+from fastgp.train.recipes import default_config
+from fastgp.train.state import CONFIG_SECOND_ORDER, INT32_MAX, PRECISIONS, TRAIN_KINDS
+
+SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
+FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
+
+# The check's options and their defaults are run_check's keyword arguments: one set of defaults.
+CHECK_OPTIONS = {
+    name: p.default
+    for name, p in inspect.signature(selfcheck.run_check).parameters.items()
+    if p.kind is p.KEYWORD_ONLY
+}
+
+# train's flags of how often it logs, checkpoints and evaluates and where it stops: positive
+# integers, default None (RunOptions' default, or on --resume the run's).
+RUN_FLAGS = {
+    "--log-every": "generator steps per metrics.jsonl line (default 100; on --resume the run's)",
+    "--checkpoint-every": "generator steps between checkpoints (default 1000; on --resume the "
+    "run's)",
+    "--eval-every": "generator steps between quality evaluations: modes of 2-D mixtures, C2ST "
+    "and class coverage of digits (default 500; on --resume the run's)",
+    "--eval-samples": "generator samples per evaluation (default 2500; digits use at least the "
+    "metric's 8 sets of 898; on --resume the run's)",
+    "--stop-at": "end this invocation after this many generator steps (checkpointed; continue "
+    "with --resume)",
+}
+
+TRAIN_HELP = """\
+Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
+summary.json and orbax checkpoints to --out. Defaults are the dataset's recipe
+(fastgp.train.recipes); what the recipes reach, and in what time, is in docs/trainer.md and
+benchmarks/results/. Nothing is downloaded. With --processes on CPU the processes talk over local
+TCP (gloo): a functional rehearsal of multi-host training, slower than one process.
+SIGTERM or Ctrl-C stops at the next log point with a checkpoint and the outputs (exit 128 + the
+signal number); a second one stops at once. One run at a time may use an --out."""
+
+
+# --- argument types: each error names the value; argparse adds the flag ------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    if value > INT32_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {INT32_MAX} (int32 counters), got {value}"
+        )
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def _seed(text: str) -> int:
+    value = _int(text)
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer in 0..{SEED_MAX} (the random key holds 32 bits), got {value}"
+        )
+    return value
+
+
+def _number(
+    low: float, high: float = math.inf, *, open_low: bool = False
+) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not (
+            math.isfinite(value) and (value > low if open_low else value >= low) and value <= high
+        ):
+            bound = f"> {low}" if open_low else f">= {low}"
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {bound}"
+                + (f" and <= {high}" if high < math.inf else "")
+                + f", got {text}"
+            )
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    value = _int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {value}")
+    return value
+
+
+# --- parsers -------------------------------------------------------------------------------------
+
+
+def _add_parallel_flags(p: argparse.ArgumentParser, devices: int | None = None) -> None:
+    p.add_argument(
+        "--devices",
+        type=_positive_int,
+        default=devices,
+        help="devices per process (CPU: N simulated devices; default: "
+        + ("%(default)s)" if devices else "all visible, 1 on CPU)"),
+    )
+    p.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=1,
+        help="local processes joined into one JAX job (gloo collectives on CPU); the "
+        "mesh spans processes x devices (default 1)",
+    )
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=None,
+        help="coordinator port on 127.0.0.1 with --processes > 1 (default: a free one)",
+    )
+    p.add_argument("--process-id", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--coordinator", default=None, help=argparse.SUPPRESS)
+
+
+def _show(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _by_recipe(field: str) -> str:
+    """Each recipe's value of a ``TrainConfig`` field, for a help text: "5 for 8gaussians and
+    swissroll; 3 for 25gaussians and digits", or the one value they share."""
+    groups: dict[Any, list[str]] = {}
+    for dataset in DATASETS:
+        groups.setdefault(getattr(default_config(dataset), field), []).append(dataset)
+    if len(groups) == 1:
+        return _show(next(iter(groups)))
+    return "; ".join(
+        f"{_show(value)} for "
+        + (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}")
+        for value, names in groups.items()
+    )
+
+
+def _recipe_flag(
+    p: argparse.ArgumentParser,
+    defaults: Mapping[str, Any],
+    flag: str,
+    text: str,
+    field: str | None = None,
+    **kwargs: Any,
+) -> None:
+    """Add ``flag`` with its default in ``defaults`` (by dest), else None: the recipe's value.
+    Its help is ``text`` and the default: the fixed one, or each recipe's value of the
+    ``TrainConfig`` ``field`` (default: the flag's dest)."""
+    dest = flag.removeprefix("--").replace("-", "_")
+    if dest in defaults:
+        shown = " (default %(default)s)"
+    else:
+        shown = f" (default: {_by_recipe(field or dest)})"
+    p.add_argument(flag, default=defaults.get(dest), help=text + shown, **kwargs)
+
+
+def _add_training_flags(
+    p: argparse.ArgumentParser, *, defaults: Mapping[str, Any], backend_help: str
+) -> None:
+    """Flags shared by train and check. ``defaults`` maps dest -> default (check: fixed ones);
+    a flag without one defaults to None, the recipe's value, which its help gives."""
+    tunable = "second_order" not in defaults  # fastgp train; fastgp check fixes one
+
+    def flag(name: str, text: str, field: str | None = None, **kwargs: Any) -> None:
+        _recipe_flag(p, defaults, name, text, field, **kwargs)
+
+    flag("--steps", "generator iterations", "total_steps", type=_positive_int)
+    flag("--batch-size", "GLOBAL batch, divisible by processes x devices", type=_positive_int)
+    flag("--n-critic", "critic steps per generator step", type=_positive_int)
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=defaults.get("backend"),
+        help=backend_help,
+    )
+    flag("--precision", "compute dtype of both networks", choices=tuple(PRECISIONS))
+    flag(
+        "--gp-kind",
+        "penalty: two-sided WGAN-GP, one-sided LP, R1, or (train only) approximate-r1, "
+        "the finite-difference R1 of fastgp.approximate_r1 with noise --gp-sigma (first-order "
+        "autodiff only; R1 with weight about gp_weight x sigma^2)",
+        choices=TRAIN_KINDS if tunable else KINDS,  # check: exact only
+    )
+    flag(
+        "--gp-every",
+        "apply the penalty on every k-th critic step, weight x k",
+        type=_positive_int,
+    )
+    flag("--lr", "Adam learning rate of both networks", "lr_d", type=_number(0, open_low=True))
+    flag("--seed", f"random seed, 0..{SEED_MAX}", type=_seed)
+    flag(
+        "--second-order",
+        "how the penalty's parameter gradient is taken: reverse-over-forward "
+        "(the VJP of a JVP of the critic) or reverse (nested grad), both exact"
+        + (
+            "; auto: time both on this run's critic loss at start-up (checked against the "
+            "naive penalty) and train with the faster"
+            if tunable
+            else ""
+        ),
+        choices=CONFIG_SECOND_ORDER if tunable else SECOND_ORDER,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fastgp`` parser: subcommands train, check and tune (``fastgp.train.tune_command``)."""
+    parser = argparse.ArgumentParser(
+        prog="fastgp",
+        description="Fused WGAN-GP gradient penalties: train a GAN with the "
+        "data-parallel trainer, or check it against the one-device "
+        "reference.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,check,tune}")
+    _add_train_parser(sub)
+    _add_check_parser(sub)
+    tune_command.add_parser(sub)
+    return parser
+
+
+def _add_train_parser(sub: Any) -> None:
+    """``fastgp train``: the recipe's flags, the parallel flags and the run's own."""
+    train = sub.add_parser(
+        "train", help="train a WGAN-GP and write its outputs", description=TRAIN_HELP
+    )
+    train.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="training data (default 8gaussians; digits = sklearn's 8x8 digits with conv networks)",
+    )
+    _add_training_flags(
+        train,
+        defaults={},
+        backend_help="penalty implementation. Default auto: XLA on every platform today (the "
+        "measurements behind it: docs/performance.md); pallas forces the Pallas kernel on TPU "
+        "and GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for checks (far slower)",
+    )
+    _recipe_flag(train, {}, "--gp-weight", "penalty weight lambda", type=_number(0))
+    _recipe_flag(
+        train,
+        {},
+        "--gp-sigma",
+        "noise standard deviation of --gp-kind approximate-r1",
+        type=_number(0, open_low=True),
+    )
+    _recipe_flag(
+        train,
+        {},
+        "--decay-fraction",
+        "both learning rates decay linearly to 0 over this final fraction of --steps, 0 = constant",
+        type=_number(0, 1),
+    )
+    _add_parallel_flags(train)
+    _add_run_flags(train)
+
+
+def _add_run_flags(train: argparse.ArgumentParser) -> None:
+    """train's flags of this invocation: --out, --resume, the cadence, --fused, --no-progress."""
+    train.add_argument("--out", default=None, help="output directory (default runs/<dataset>)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest intact checkpoint in --out (its config is "
+        "used; flags that contradict it are errors; damaged newer "
+        "checkpoints are reported and moved to checkpoints-damaged/)",
+    )
+    for flag, text in RUN_FLAGS.items():
+        train.add_argument(flag, type=_positive_int, default=None, help=text)
+    train.add_argument(
+        "--fused",
+        choices=tuple(FUSED),
+        default="auto",
+        help="how the generator iterations run: on = one compiled lax.scan per chunk, off = one "
+        "compiled iteration per dispatch with its critic steps written out; auto (the "
+        "default): on, except on CPU for networks with convolutions (digits), which XLA:CPU "
+        "runs slower inside a loop. The same steps and random numbers either way, "
+        "equal up to float rounding",
+    )
+    train.add_argument("--no-progress", action="store_true", help="no live progress bar")
+
+
+def _add_check_parser(sub: Any) -> None:
+    """``fastgp check``: the training flags with run_check's defaults, and 8 devices."""
+    check = sub.add_parser(
+        "check",
+        help="sharded trainer vs the one-device oracle (JSON line)",
+        description="Train the same WGAN-GP (--dataset) with the sharded "
+        "trainer and the plain one-device trainer; print one JSON "
+        "line of the largest relative differences; exit 1 beyond "
+        "tolerance.",
+    )
+    _add_training_flags(
+        check,
+        defaults={"steps": 5, "batch_size": 64, **CHECK_OPTIONS},
+        backend_help="penalty backend (default: the kernel, tpu-interpret on CPU and pallas on "
+        "TPU and GPU; xla with --processes > 1)",
+    )
+    check.add_argument(
+        "--dataset",
+        choices=CHECK_DATASETS,
+        default=CHECK_OPTIONS["dataset"],
+        help="8gaussians (small GELU MLPs) or digits (the digits recipe's conv critic and "
+        "generator on 8x8 images)" + " (default %(default)s)",
+    )
+    _add_parallel_flags(check, devices=8)
+
+
+__all__ = ["CHECK_OPTIONS", "FUSED", "RUN_FLAGS", "SEED_MAX", "TRAIN_HELP", "build_parser"]

@@ -1,0 +1,211 @@
+"""Which run an invocation of ``fastgp train`` is: a fresh recipe, or the checkpoint's run.
+
+    dataset, config, resumed = resolve(options, overrides, checkpoints, primary=True)
+
+``overrides`` maps TrainConfig fields to values given on the command line; the rest come from
+``fastgp.train.recipes`` (fresh run, ``resumed`` None) or from the newest intact checkpoint in
+--out (``options.resume``; a flag that contradicts it is a RunError naming the flag, but
+:data:`CHANGEABLE_ON_RESUME` fields may change). Damaged newer checkpoints are reported and
+(process 0) moved to ``out/DAMAGED``. Every error is a ``RunError`` naming the flags it comes from
+(:data:`FLAGS`).
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from fastgp.train.checkpoints import CheckpointDamaged, Checkpoints, reason
+from fastgp.train.recipes import build_problem, default_config
+from fastgp.train.run_options import DEFAULT_DATASET, RunError, RunOptions, warn
+from fastgp.train.state import ConfigError, TrainConfig, init_state
+
+DAMAGED = "checkpoints-damaged"  # where --resume moves damaged checkpoints, inside --out
+# TrainConfig field -> the command-line flag that sets it (for error messages).
+FLAGS = {
+    "total_steps": "--steps",
+    "batch_size": "--batch-size",
+    "backend": "--backend",
+    "precision": "--precision",
+    "gp_every": "--gp-every",
+    "gp_kind": "--gp-kind",
+    "second_order": "--second-order",
+    "gp_weight": "--gp-weight",
+    "gp_sigma": "--gp-sigma",
+    "seed": "--seed",
+    "n_critic": "--n-critic",
+    "lr_g": "--lr",
+    "lr_d": "--lr",
+    "decay_fraction": "--decay-fraction",
+}
+# Fields a resumed run may change: they do not alter what is computed, only how.
+CHANGEABLE_ON_RESUME = ("backend",)
+
+
+def default_backend() -> str:
+    """ "xla" on CPU (the kernel's interpret modes are for checks), else "auto" (today XLA too:
+    docs/performance.md has the compiled figures behind it; ``pallas`` forces the kernel)."""
+    return "xla" if jax.default_backend() == "cpu" else "auto"
+
+
+def _flag_error(err: ConfigError, overrides: dict[str, Any]) -> RunError:
+    """A TrainConfig error as a RunError naming the flags (with their values) it comes from."""
+    given = [f"{FLAGS[f]} {overrides[f]}" for f in err.fields if f in FLAGS and f in overrides]
+    named = given or [FLAGS.get(f, f) for f in err.fields]
+    return RunError(f"{' with '.join(dict.fromkeys(named))}: {err}")
+
+
+def _stored_run(step: int, meta: dict[str, Any]) -> tuple[str, TrainConfig]:
+    """(dataset, TrainConfig) recorded in a checkpoint's metadata."""
+    try:
+        config = dict(meta["config"], betas=tuple(meta["config"]["betas"]))
+        return meta["dataset"], TrainConfig(**config)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointDamaged(step, f"its metadata holds no valid run config ({err})") from None
+
+
+@dataclasses.dataclass
+class Resumed:
+    """The checkpoint a run continues from: its step, metadata and state (host numpy)."""
+
+    step: int
+    meta: dict[str, Any]
+    state: Any
+
+
+def _newest_intact(checkpoints: Checkpoints, out: Path, primary: bool) -> Resumed:
+    """The newest checkpoint that verifies and restores. Damaged newer ones are reported and
+    (process 0) moved to ``out/DAMAGED``, so that this run can write those steps again."""
+    damaged, templates = [], {}
+    for step in reversed(checkpoints.steps()):
+        try:
+            checkpoints.verify(step)
+            meta = checkpoints.meta(step)
+            dataset, config = _stored_run(step, meta)
+            key = json.dumps([dataset, dataclasses.asdict(config)], sort_keys=True)
+            if key not in templates:
+                problem = build_problem(dataset, config)
+                templates[key] = init_state(config, problem.generator, problem.critic)
+            state = checkpoints.state(step, templates[key])
+        except CheckpointDamaged as err:
+            damaged.append(err)
+            continue
+        break
+    else:
+        raise RunError(
+            f"--resume: every checkpoint in {checkpoints.directory} is damaged ("
+            + "; ".join(f"{e.step}: {e.reason}" for e in damaged)
+            + ")"
+        )
+    if damaged:
+        _quarantine(checkpoints, damaged, out, step, primary)
+    return Resumed(step, meta, state)
+
+
+def _quarantine(
+    checkpoints: Checkpoints,
+    damaged: list[CheckpointDamaged],
+    out: Path,
+    step: int,
+    primary: bool,
+) -> None:
+    """Move the ``damaged`` checkpoints to ``out/DAMAGED`` (process 0, saying so; every process
+    waits for it) and reload ``checkpoints``; ``step`` is the intact one resumed from."""
+    _barrier("fastgp-resume-select")
+    if primary:
+        for damage in damaged:
+            try:
+                moved = checkpoints.quarantine(damage.step, out / DAMAGED)
+            except OSError as move_err:
+                raise RunError(
+                    f"--resume: {damage}, and it cannot be moved to "
+                    f"{out / DAMAGED} ({reason(move_err)})"
+                ) from None
+            warn(f"{damage}; moved it to {moved}")
+        warn(f"resuming from checkpoint {step}, the newest intact one")
+    _barrier("fastgp-resume-moved")
+    checkpoints.reload()
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def resolve(
+    options: RunOptions,
+    overrides: dict[str, Any],
+    checkpoints: Checkpoints,
+    *,
+    primary: bool = True,
+) -> tuple[str, TrainConfig, Resumed | None]:
+    """(dataset, TrainConfig, Resumed or None): a fresh run's recipe, or the checkpoint's run."""
+    out = Path(options.out)
+    steps = checkpoints.steps()
+    if steps and not options.resume:
+        raise RunError(
+            f"--out {out} already holds checkpoints (latest step {steps[-1]}); "
+            f"pass --resume to continue that run or choose another --out"
+        )
+    if not steps:
+        if options.resume:
+            raise RunError(
+                f"--resume: there is no checkpoint in {checkpoints.directory} to "
+                f"continue from; check --out, or drop --resume to start a new run"
+            )
+        return _fresh(options, overrides)
+    return _continued(options, overrides, _newest_intact(checkpoints, out, primary))
+
+
+def _fresh(options: RunOptions, overrides: dict[str, Any]) -> tuple[str, TrainConfig, None]:
+    """A new run: the dataset's recipe (``default_backend`` unless --backend) with the flags."""
+    dataset = options.dataset or DEFAULT_DATASET
+    overrides = {"backend": default_backend(), **overrides}
+    try:
+        return dataset, default_config(dataset, **overrides), None
+    except ConfigError as err:
+        raise _flag_error(err, overrides) from None
+    except ValueError as err:
+        raise RunError(str(err)) from None
+
+
+def _continued(
+    options: RunOptions, overrides: dict[str, Any], resumed: Resumed
+) -> tuple[str, TrainConfig, Resumed]:
+    """The checkpoint's run; a flag that contradicts it is a RunError, except the fields of
+    ``CHANGEABLE_ON_RESUME``, which the flags override."""
+    meta = resumed.meta
+    if options.dataset not in (None, meta["dataset"]):
+        raise RunError(
+            f"--dataset {options.dataset} contradicts the checkpoint in "
+            f"{options.out} (dataset {meta['dataset']}); drop --dataset or choose "
+            f"another --out"
+        )
+    stored = dict(meta["config"], betas=tuple(meta["config"]["betas"]))
+    if overrides.get("second_order") == "auto":  # the checkpoint holds the order it picked
+        overrides = dict(overrides, second_order=None)
+    for field, value in overrides.items():
+        if value is not None and value != stored[field] and field not in CHANGEABLE_ON_RESUME:
+            raise RunError(
+                f"{FLAGS.get(field, field)} {value} contradicts the checkpoint in "
+                f"{options.out} ({field}={stored[field]}); drop the flag to resume"
+            )
+    stored.update({k: v for k, v in overrides.items() if k in CHANGEABLE_ON_RESUME and v})
+    try:
+        return meta["dataset"], TrainConfig(**stored), resumed
+    except ConfigError as err:
+        raise _flag_error(err, overrides) from None
+
+
+__all__ = [
+    "CHANGEABLE_ON_RESUME",
+    "DAMAGED",
+    "FLAGS",
+    "Resumed",
+    "default_backend",
+    "resolve",
+]
