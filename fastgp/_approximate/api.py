@@ -22,10 +22,19 @@ import numbers
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from fastgp._penalty import validation
 from fastgp._typing import AxisName, Critic, PyTree
-from fastgp.distributed import global_batch_slice, global_mean, require_axis_name, shard_count
+from fastgp.distributed import (
+    check_axis_kinds,
+    collective_axes,
+    global_batch_slice,
+    global_mean,
+    require_axis_name,
+    shard_count,
+    varying_axes,
+)
 
 
 def check_sigma(sigma: float | jax.Array) -> float | jax.Array:
@@ -59,13 +68,24 @@ def sample_keys(key: jax.Array, local_batch: int, axis_name: AxisName) -> jax.Ar
     return keys
 
 
-def perturb(key: jax.Array, x: PyTree, sigma: float | jax.Array, axis_name: AxisName) -> PyTree:
+def perturb(
+    key: jax.Array,
+    x: PyTree,
+    sigma: float | jax.Array,
+    axis_name: AxisName,
+    sample_axis_name: AxisName = None,
+) -> PyTree:
     """``x + sigma * eps`` with eps ~ N(0, I) of x's structure, drawn per sample (see
-    :func:`sample_keys`), one independent stream per leaf. The sum is formed in float32 (or
-    wider) and returned in each leaf's dtype."""
+    :func:`sample_keys`), one independent stream per leaf; along ``sample_axis_name`` each slice
+    of a sample draws its own part from the sample's key folded with the slice's index. The sum
+    is formed in float32 (or wider) and returned in each leaf's dtype."""
     leaves, batch = validation.leaves_of(x, "x")
     treedef = jax.tree.structure(x)
     keys = sample_keys(key, batch, axis_name)
+    sample_axes = collective_axes(sample_axis_name)
+    if sample_axes:
+        index = lax.axis_index(sample_axes if len(sample_axes) > 1 else sample_axes[0])
+        keys = jax.vmap(lambda k: jax.random.fold_in(k, index))(keys)
 
     def noise_of_sample(k: jax.Array) -> list[jax.Array]:
         leaf_keys = jax.random.split(k, len(leaves))
@@ -90,6 +110,7 @@ def approximate_r1(
     sigma: float | jax.Array,
     weight: float | jax.Array,
     axis_name: AxisName = None,
+    sample_axis_name: AxisName = None,
 ) -> jax.Array:
     """Finite-difference R1 penalty ``weight * mean_b (D(x_b + sigma*eps_b) - D(x_b))**2``.
 
@@ -111,8 +132,14 @@ def approximate_r1(
         is formed in float32 and cast to each leaf's dtype, so in bf16 it is rounded to bf16.
       weight: lambda (finite; may be traced). Required, with no default: the R1 weight it
         stands for is ``weight * sigma**2``, so no single value fits every sigma.
-      axis_name: inside ``shard_map``, the data axis: noise is drawn per global sample and the
-        mean is over the global batch; ``()`` for a per-shard value from ``key`` as given.
+      axis_name: inside ``shard_map``, the mesh axes that split the batch: noise is drawn per
+        global sample and the mean is over the global batch; ``()`` for a per-shard value from
+        ``key`` as given.
+      sample_axis_name: inside ``shard_map``, the mesh axes that split each sample. The critic
+        must return whole-sample scores on every slice (a psum over these axes inside it): the
+        difference D(x + sigma eps) - D(x) is a sample's only once its score is whole, and only
+        then is it squared. Each slice draws its own part of the noise (the sample's key folded
+        with the slice's index), so the noise differs from one device's for the same key.
 
     Returns:
       scalar float32 (float64 for float64 scores): the differences and squares are taken in
@@ -121,6 +148,8 @@ def approximate_r1(
     sigma = check_sigma(sigma)
     weight = validation.check_weight(weight)
     validation.check_axis_name(axis_name)
+    validation.check_axis_name(sample_axis_name, "sample_axis_name")
+    check_axis_kinds(axis_name, sample_axis_name)
     _, batch = validation.leaves_of(x, "x")
     require_axis_name(
         x,
@@ -128,10 +157,17 @@ def approximate_r1(
         "x",
         "every shard would draw the same noise from the same key and the mean would be over "
         "this shard only",
+        sample_axis_name=sample_axis_name,
     )
-    noisy = perturb(key, x, sigma, axis_name)
-    clean_scores = validation.check_scores(validation.call_critic(critic, x), batch)
-    noisy_scores = validation.check_scores(validation.call_critic(critic, noisy), batch)
+    noisy = perturb(key, x, sigma, axis_name, sample_axis_name)
+    sample_axes = collective_axes(sample_axis_name)
+    batch_axes = set(collective_axes(axis_name)) & varying_axes(x)
+
+    def scores(points: PyTree) -> jax.Array:
+        raw = validation.call_critic(critic, points)
+        return validation.check_scores(raw, batch, sample_axes, batch_axes)
+
+    clean_scores, noisy_scores = scores(x), scores(noisy)
     dtype = jnp.promote_types(jnp.result_type(clean_scores, noisy_scores), jnp.float32)
     differences = noisy_scores.astype(dtype) - clean_scores.astype(dtype)
     return weight * global_mean(jnp.square(differences), axis_name)

@@ -158,10 +158,10 @@ def attention(
         q, k, v = (x.astype(dtype) for x in (q, k, v))
     _check_inputs(q, k, v)
     batch, _, _, d = q.shape
-    options = {
-        "scale": float(d**-0.5 if scale is None else scale),
-        "backend": backends.resolve("attention", backend),
-    }
+    options = sequence.Options(
+        scale=float(d**-0.5 if scale is None else scale),
+        backend=backends.resolve("attention", backend),
+    )
     key_mask = None if mask is None else key_mask_of(mask, batch, k.shape[1])
     axes = collective_axes(sample_axis_name)
     causal = bool(is_causal)

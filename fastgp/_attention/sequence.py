@@ -16,7 +16,7 @@ keys are all visible, and the later shards' keys are masked out through the key 
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict, Unpack
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,15 @@ from jax.sharding import PartitionSpec as P
 from fastgp._attention.padded import attend
 from fastgp._attention.sharding import check_vma_for
 from fastgp._sharding import axes_of, mesh_of, spec_of
+from fastgp._typing import Backend
 from fastgp.distributed import varying_axes
+
+
+class Options(TypedDict):
+    """``padded.attend``'s keywords that every device passes on as they are."""
+
+    scale: float
+    backend: Backend
 
 
 def _gathered(x: jax.Array, axes: tuple[str, ...]) -> jax.Array:
@@ -59,11 +67,10 @@ def in_shard_map(
     axes: tuple[str, ...],
     *,
     causal: bool,
-    **options: Any,
+    **options: Unpack[Options],
 ) -> jax.Array:
     """Inside shard_map: q, k, v (B, T_local, H, D) and key_mask (B, T_local) or None are this
-    device's slice of the tokens, split over ``axes``; returns this device's (B, T_local, H, Dv).
-    ``options``: ``scale`` and the resolved ``backend`` of ``padded.attend``."""
+    device's slice of the tokens, split over ``axes``; returns this device's (B, T_local, H, Dv)."""
     arrays = [("q", q), ("k", k), ("v", v)]
     _check_varying([*arrays, *([("the key mask", key_mask)] if key_mask is not None else [])], axes)
     k_all, v_all = _gathered(k, axes), _gathered(v, axes)
@@ -110,7 +117,7 @@ def explicit(
     key_mask: jax.Array | None,
     *,
     causal: bool,
-    **options: Any,
+    **options: Unpack[Options],
 ) -> jax.Array:
     """Explicit axes, q's token axis sharded: a shard_map over the arrays' mesh, batch and heads
     as they are sharded, the tokens by :func:`in_shard_map`."""

@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 import fastgp
 from fastgp import penalty
+from fastgp._approximate.api import perturb
 
 B, T, C, HIDDEN = 8, 16, 3, 12
 RTOL = 1e-5
@@ -234,12 +235,15 @@ def test_norms_penalties_and_interpolation_with_sample_axes():
     params, real, fake = init()
     grads = jax.grad(lambda x: jnp.sum(critic(params, x)))(real)
     mesh = manual_mesh((2, 4), ("data", "seq"))
-    names = dict(sample_axis_name="seq")
 
     def step(g, r, f):
-        norms = penalty.grad_norms(g, **names)
-        value = penalty.penalty_from_grads(g, kind="wgan-gp", axis_name="data", **names)
-        x = penalty.interpolate(jax.random.PRNGKey(1), r, f, axis_name="data", **names)
+        norms = penalty.grad_norms(g, sample_axis_name="seq")
+        value = penalty.penalty_from_grads(
+            g, kind="wgan-gp", axis_name="data", sample_axis_name="seq"
+        )
+        x = penalty.interpolate(
+            jax.random.PRNGKey(1), r, f, axis_name="data", sample_axis_name="seq"
+        )
         return norms, value, x
 
     got_norms, got_value, got_x = jax.jit(
@@ -280,3 +284,53 @@ def test_jit_with_tokens_sharded_needs_no_names(kind, mode):
 
 def _value_grad_hvp_at(loss, params, x):
     return _value_grad_hvp(lambda p: loss(p, x), params)
+
+
+def test_approximate_r1_squares_each_samples_difference_once_its_score_is_whole():
+    """approximate_r1 over row-split samples equals the one-device formula on the noise the
+    slices drew: weight * mean_b (D(x_b + sigma eps_b) - D(x_b))^2 with whole-sample scores."""
+    params, real, _ = init()
+    mesh = manual_mesh((2, 4), ("data", "seq"))
+    spec = P("data", "seq")
+    key = jax.random.PRNGKey(4)
+
+    def step(p, x):
+        value = fastgp.approximate_r1(
+            lambda y: critic(p, y, "seq"),
+            x,
+            key,
+            sigma=0.1,
+            weight=100.0,
+            axis_name="data",
+            sample_axis_name="seq",
+        )
+        noisy = perturb(key, x, 0.1, "data", "seq")
+        return value, noisy
+
+    run = jax.shard_map(step, mesh=mesh, in_specs=(P(), spec), out_specs=(P(), spec))
+    value, noisy = jax.jit(run)(*placed(mesh, P(), params), *placed(mesh, spec, real))
+    want = 100.0 * jnp.mean((critic(params, noisy) - critic(params, real)) ** 2)
+    np.testing.assert_allclose(value, want, rtol=RTOL)
+    # every slice drew its own noise: no two slices of a sample share it
+    eps = np.asarray(noisy - real).reshape(B, 4, T // 4, C)
+    assert not np.allclose(eps[:, 0], eps[:, 1])
+
+
+def test_approximate_r1_refuses_per_slice_scores():
+    params, real, _ = init()
+    mesh = manual_mesh((4,), ("seq",))
+    run = jax.shard_map(
+        lambda p, x: fastgp.approximate_r1(
+            lambda y: critic(p, y),
+            x,
+            jax.random.PRNGKey(0),
+            sigma=0.1,
+            weight=1.0,
+            sample_axis_name="seq",
+        ),
+        mesh=mesh,
+        in_specs=(P(), P(None, "seq")),
+        out_specs=P(),
+    )
+    with pytest.raises(ValueError, match="scores vary over the sample axes"):
+        jax.jit(run)(*placed(mesh, P(), params), *placed(mesh, P(None, "seq"), real))

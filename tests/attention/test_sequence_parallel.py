@@ -1,0 +1,245 @@
+"""Sequence-parallel fastgp.attention: the token axis split over 4 devices, against one device.
+
+Every derivative set that test_attention.py checks on one device (value, JVP, VJP, both
+Hessian-vector products, reverse-over-forward), with the tokens sharded inside shard_map
+(``sample_axis_name``) and under explicit axes; causal masking with several query blocks per
+shard; the kernels in interpret mode; the collectives of the compiled program; and an exact R1
+and WGAN-GP through a sequence-parallel transformer critic.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+from test_attention import derivatives, inputs, rel_err
+
+import fastgp
+
+RTOL = 1e-5
+SEQ = P(None, "seq")
+
+
+def seq_mesh():
+    return jax.make_mesh((4,), ("seq",), axis_types=(AxisType.Auto,))
+
+
+def in_shard_map(mask, causal, backend, check_vma=True):
+    """(q, k, v) -> attention with the tokens split over "seq" inside shard_map."""
+    mesh = seq_mesh()
+    extra = () if mask is None else (mask,)
+
+    def local(q, k, v, *m):
+        return fastgp.attention(
+            q,
+            k,
+            v,
+            mask=m[0] if m else None,
+            is_causal=causal,
+            backend=backend,
+            sample_axis_name="seq",
+        )
+
+    def fn(q, k, v):
+        specs = (SEQ,) * (3 + len(extra))
+        run = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=SEQ, check_vma=check_vma)
+        return run(q, k, v, *extra)
+
+    return fn
+
+
+def naive(mask, causal):
+    return lambda q, k, v: fastgp.naive_attention(q, k, v, mask=mask, is_causal=causal)
+
+
+def placed(mesh, spec, tree):
+    return jax.tree.map(lambda x: jax.device_put(x, NamedSharding(mesh, spec)), tree)
+
+
+def assert_same_derivatives(ours, theirs, args, tangents):
+    got, want = derivatives(ours, args, tangents), derivatives(theirs, args, tangents)
+    for name in want:
+        assert rel_err(got[name], want[name]) < RTOL, name
+
+
+CASES = [
+    # b, t, h, d, causal, padding
+    (2, 64, 2, 16, False, True),
+    (1, 64, 1, 32, True, True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_every_derivative_with_the_tokens_split_in_shard_map(case):
+    b, t, h, d, causal, padding = case
+    args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
+    args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
+    ours = in_shard_map(mask, causal, "xla")
+    assert_same_derivatives(ours, naive(mask, causal), args, tangents)
+
+
+def test_causal_with_several_query_blocks_per_shard():
+    """520 queries a shard: two blocks of the XLA loop, each shard at its own causal offset."""
+    args, mask, tangents = inputs(1, 4 * 520, 4 * 520, 1, 8, padding=True)
+    args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
+    fn, oracle = in_shard_map(mask, True, "xla"), naive(mask, True)
+    assert rel_err(jax.jit(fn)(*args), oracle(*args)) < RTOL
+    ct = jnp.cos(oracle(*args))
+    got = jax.jit(lambda *a: jax.vjp(fn, *a)[1](ct))(*args)
+    assert rel_err(got, jax.vjp(oracle, *args)[1](ct)) < RTOL
+    got = jax.jit(lambda *a: jax.jvp(fn, a, tangents)[1])(*args)
+    assert rel_err(got, jax.jvp(oracle, args, tangents)[1]) < RTOL
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_the_kernels_with_the_tokens_split(case):
+    """Interpret-mode kernels per shard, at each shard's causal offset. Generic interpret mode
+    cannot carry manual axis types (JAX 0.10.2), so this shard_map runs with check_vma=False."""
+    b, t, h, d, causal, padding = case
+    args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
+    args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
+    ours = in_shard_map(mask, causal, "interpret", check_vma=False)
+    assert_same_derivatives(ours, naive(mask, causal), args, tangents)
+
+
+@pytest.mark.parametrize("backend", ["xla", "interpret"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_explicit_axes_with_the_tokens_sharded(causal, backend):
+    """jax.jit under explicit axes, batch over "data" and tokens over "seq": the arrays' types
+    say the tokens are split; no axis name is passed."""
+    args, mask, tangents = inputs(2, 32, 32, 2, 16, padding=True)
+    mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Explicit,) * 2)
+    spec = P("data", "seq")
+    mask_in = jax.device_put(mask, NamedSharding(mesh, spec))
+    ours = lambda q, k, v: fastgp.attention(
+        q, k, v, mask=mask_in, is_causal=causal, backend=backend
+    )
+    with jax.set_mesh(mesh):
+        got = explicit_derivatives(ours, placed(mesh, spec, args), placed(mesh, spec, tangents))
+    want = explicit_derivatives(naive(mask, causal), args, tangents)
+    for name in want:
+        assert rel_err(got[name], want[name]) < RTOL, name
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def explicit_derivatives(fn, args, tangents):
+    """test_attention's derivative set, its inner products spelled as sums of products (under
+    explicit axes a contraction over sharded axes needs an output sharding)."""
+    loss = lambda *a: jnp.sum(jnp.sin(fn(*a)))
+    grad = jax.grad(loss, argnums=(0, 1, 2))
+    dot = lambda xs, ys: sum(jnp.sum(x * y) for x, y in zip(xs, ys, strict=True))
+    return {
+        "value": fn(*args),
+        "jvp": jax.jvp(fn, args, tangents)[1],
+        "vjp": jax.vjp(fn, *args)[1](jnp.cos(fn(*args))),
+        "hvp forward-over-reverse": jax.jvp(grad, args, tangents)[1],
+        "hvp reverse-over-reverse": jax.grad(lambda *a: dot(grad(*a), tangents), argnums=(0, 1, 2))(
+            *args
+        ),
+        "reverse-over-forward": jax.grad(
+            lambda *a: jnp.sum(jnp.sin(jax.jvp(fn, a, tangents)[1])), argnums=(0, 1, 2)
+        )(*args),
+    }
+
+
+def all_gathers(fn, *args):
+    """The (operand shape, result shape) of every all-gather in ``fn``'s compiled program."""
+    text = jax.jit(fn).lower(*args).compile().as_text() or ""
+    return [line for line in text.splitlines() if " all-gather(" in line]
+
+
+def test_only_keys_values_and_the_mask_are_gathered():
+    """The forward gathers k, v and the key mask (3 all-gathers); the VJP adds none: each
+    device's g_k and g_v parts are reduce-scattered back to their shards."""
+    args, mask, _ = inputs(2, 64, 64, 2, 16, padding=True)
+    args = placed(seq_mesh(), SEQ, args)
+    fn = in_shard_map(mask, True, "xla")
+    assert len(all_gathers(fn, *args)) == 3
+    ct = jnp.ones((2, 64, 2, 16))
+    vjp = lambda *a: jax.vjp(fn, *a)[1](ct)
+    gathers = all_gathers(vjp, *args)
+    assert len(gathers) == 3, gathers
+    text = jax.jit(vjp).lower(*args).compile().as_text() or ""
+    assert "reduce-scatter" in text or "all-reduce" in text
+
+
+def test_refusals_name_the_problem():
+    args, _, _ = inputs(1, 16, 16, 1, 8)
+    mesh = seq_mesh()
+    replicated_k = lambda q, k, v: fastgp.attention(q, k, v, sample_axis_name="seq")
+    run = jax.shard_map(replicated_k, mesh=mesh, in_specs=(SEQ, P(), P()), out_specs=SEQ)
+    with pytest.raises(ValueError, match="k is the same on every device"):
+        jax.jit(run)(*args)
+    kernel = lambda q, k, v: fastgp.attention(q, k, v, backend="interpret", sample_axis_name="seq")
+    run = jax.shard_map(kernel, mesh=mesh, in_specs=(SEQ,) * 3, out_specs=SEQ)
+    with pytest.raises(ValueError, match="check_vma=False"):
+        jax.jit(run)(*placed(mesh, SEQ, args))
+
+
+# --- The penalty through a sequence-parallel transformer critic ---------------------------------
+
+T, C, WIDTH, HEADS = 32, 3, 16, 2
+
+
+def critic_params():
+    ks = jax.random.split(jax.random.PRNGKey(11), 5)
+    return {
+        "embed": jax.random.normal(ks[0], (C, WIDTH)) * 0.5,
+        "pos": jax.random.normal(ks[1], (T, WIDTH)) * 0.2,
+        "qkv": jax.random.normal(ks[2], (WIDTH, 3, HEADS, WIDTH // HEADS)) * 0.3,
+        "out": jax.random.normal(ks[3], (HEADS, WIDTH // HEADS, WIDTH)) * 0.3,
+        "head": jax.random.normal(ks[4], (WIDTH,)),
+    }
+
+
+def transformer_critic(params, x, seq_axis=None):
+    """Tokens (B, T_local, C) -> one pre-LN attention block -> mean over every token -> score."""
+    t_local = x.shape[1]
+    start = 0 if seq_axis is None else lax.axis_index(seq_axis) * t_local
+    h = x @ params["embed"] + lax.dynamic_slice_in_dim(params["pos"], start, t_local)
+    normed = (h - h.mean(-1, keepdims=True)) / jnp.sqrt(h.var(-1, keepdims=True) + 1e-5)
+    q, k, v = (jnp.einsum("btc,chd->bthd", normed, params["qkv"][:, i]) for i in range(3))
+    o = fastgp.attention(q, k, v, is_causal=True, sample_axis_name=seq_axis)
+    h = h + jnp.einsum("bthd,hdc->btc", o, params["out"])
+    pooled = jnp.sum(h, axis=1)
+    if seq_axis is not None:
+        pooled = lax.psum(pooled, seq_axis)
+    return jnp.tanh(pooled / T) @ params["head"]
+
+
+@pytest.mark.parametrize("second_order", ["reverse-over-forward", "reverse"])
+@pytest.mark.parametrize("kind", ["r1", "wgan-gp"])
+def test_exact_penalty_through_a_sequence_parallel_transformer_critic(kind, second_order):
+    params = critic_params()
+    x = jax.random.normal(jax.random.PRNGKey(12), (4, T, C))
+    mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Auto,) * 2)
+    tangent = jax.tree.map(lambda a: jnp.sin(jnp.arange(a.size).reshape(a.shape)), params)
+
+    def value_grad_hvp(loss):
+        value, grads = jax.value_and_grad(loss)(params)
+        return value, grads, jax.jvp(jax.grad(loss), (params,), (tangent,))[1]
+
+    def step(params, x):
+        return value_grad_hvp(
+            lambda p: fastgp.gradient_penalty(
+                lambda y: transformer_critic(p, y, "seq"),
+                x,
+                kind=kind,
+                axis_name="data",
+                sample_axis_name="seq",
+                second_order=second_order,
+            )
+        )
+
+    run = jax.shard_map(step, mesh=mesh, in_specs=(P(), P("data", "seq")), out_specs=P())
+    got = jax.jit(run)(placed(mesh, P(), params), placed(mesh, P("data", "seq"), x))
+    want = value_grad_hvp(
+        lambda p: fastgp.naive_gradient_penalty(lambda y: transformer_critic(p, y), x, kind=kind)
+    )
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        scale = float(np.max(np.abs(w)))
+        assert float(np.max(np.abs(np.asarray(g) - np.asarray(w)))) <= RTOL * scale
