@@ -8,6 +8,12 @@ and WGAN-GP through a sequence-parallel transformer critic.
 """
 
 import functools
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -211,11 +217,16 @@ def transformer_critic(params, x, seq_axis=None):
     return jnp.tanh(pooled / T) @ params["head"]
 
 
+def tokens():
+    """Four samples of T tokens."""
+    return jax.random.normal(jax.random.PRNGKey(12), (4, T, C))
+
+
 @pytest.mark.parametrize("second_order", ["reverse-over-forward", "reverse"])
 @pytest.mark.parametrize("kind", ["r1", "wgan-gp"])
 def test_exact_penalty_through_a_sequence_parallel_transformer_critic(kind, second_order):
     params = critic_params()
-    x = jax.random.normal(jax.random.PRNGKey(12), (4, T, C))
+    x = tokens()
     mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Auto,) * 2)
     tangent = jax.tree.map(lambda a: jnp.sin(jnp.arange(a.size).reshape(a.shape)), params)
 
@@ -243,3 +254,36 @@ def test_exact_penalty_through_a_sequence_parallel_transformer_critic(kind, seco
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         scale = float(np.max(np.abs(w)))
         assert float(np.max(np.abs(np.asarray(g) - np.asarray(w)))) <= RTOL * scale
+
+
+@pytest.mark.slow
+def test_two_processes_of_four_devices_equal_one_device():
+    """Real jax.distributed processes (gloo on 127.0.0.1): batch over "data" across the two,
+    tokens over "seq" within each; R1 and its parameter gradients equal one device's."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    worker = Path(__file__).with_name("sequence_worker.py")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(i), port],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
+    outputs = [proc.communicate(timeout=600) for proc in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    params, x = critic_params(), tokens()
+    r1 = lambda p: fastgp.naive_gradient_penalty(lambda y: transformer_critic(p, y), x, kind="r1")
+    want_value, want_grads = jax.value_and_grad(r1)(params)
+    for out, _ in outputs:
+        got = json.loads(out.strip().splitlines()[-1])
+        np.testing.assert_allclose(got["value"], want_value, rtol=RTOL)
+        for name, want in want_grads.items():
+            error = np.max(np.abs(np.asarray(got["grads"][name]) - np.asarray(want)))
+            assert error <= RTOL * np.max(np.abs(want)), name
