@@ -1,4 +1,4 @@
-"""Multi-device scenarios for tests/test_trainer.py, each run in a fresh interpreter.
+"""Multi-device scenarios for tests/train/test_trainer.py, each run in a fresh interpreter.
 
     python tests/multidevice_worker.py SCENARIO DEVICES     -> one JSON line on stdout
 
@@ -21,7 +21,8 @@ jax.config.update("jax_num_cpu_devices", int(sys.argv[2]) if len(sys.argv) > 2 e
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fastgp import distributed, penalty  # noqa: E402
+from fastgp import distributed  # noqa: E402
+from fastgp._penalty import api as penalty_api  # noqa: E402
 from fastgp._penalty import second_order  # noqa: E402
 from fastgp.train import selfcheck as check  # noqa: E402
 from fastgp.train import trainer  # noqa: E402
@@ -138,7 +139,7 @@ def wrong_reduction(devices):
     patches = {
         "psum_twice_loss": [(trainer, "global_mean", psum_twice)],
         "per_core_penalty": [
-            (penalty, "global_mean", per_core_mean),
+            (penalty_api, "global_mean", per_core_mean),
             (second_order, "global_mean", per_core_mean),
             (second_order, "global_count", per_core_count),
         ],
