@@ -24,17 +24,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fastgp import distributed
 from fastgp._penalty import validation
 from fastgp._typing import AxisName, Critic, PyTree
-from fastgp.distributed import (
-    check_axis_kinds,
-    collective_axes,
-    global_batch_slice,
-    global_mean,
-    require_axis_name,
-    shard_count,
-    varying_axes,
-)
 
 
 def check_sigma(sigma: float | jax.Array) -> float | jax.Array:
@@ -61,10 +53,10 @@ def sample_keys(key: jax.Array, local_batch: int, axis_name: AxisName) -> jax.Ar
     The noise of a sample depends only on ``key`` and the sample's index in the global batch, so
     a sharded call equals the single-device call with the same key, and no shard materialises
     noise for samples other than its own."""
-    shards = shard_count(axis_name)
+    shards = distributed.shard_count(axis_name)
     keys = jax.random.split(key, local_batch * shards)
     if shards != 1:
-        keys = global_batch_slice(keys, local_batch, axis_name)
+        keys = distributed.global_batch_slice(keys, local_batch, axis_name)
     return keys
 
 
@@ -82,7 +74,7 @@ def perturb(
     leaves, batch = validation.leaves_of(x, "x")
     treedef = jax.tree.structure(x)
     keys = sample_keys(key, batch, axis_name)
-    sample_axes = collective_axes(sample_axis_name)
+    sample_axes = distributed.collective_axes(sample_axis_name)
     if sample_axes:
         index = lax.axis_index(sample_axes if len(sample_axes) > 1 else sample_axes[0])
         keys = jax.vmap(lambda k: jax.random.fold_in(k, index))(keys)
@@ -100,6 +92,23 @@ def perturb(
         wide = leaf.astype(eps.dtype) + jnp.asarray(sigma, eps.dtype) * eps
         perturbed.append(wide.astype(leaf.dtype))
     return jax.tree.unflatten(treedef, perturbed)
+
+
+def _check_axes(x: PyTree, axis_name: AxisName, sample_axis_name: AxisName) -> int:
+    """The local batch of x, once its mesh axes are named as the penalty's are."""
+    validation.check_axis_name(axis_name)
+    validation.check_axis_name(sample_axis_name, "sample_axis_name")
+    distributed.check_axis_kinds(axis_name, sample_axis_name)
+    _, batch = validation.leaves_of(x, "x")
+    distributed.require_axis_name(
+        x,
+        axis_name,
+        "x",
+        "every shard would draw the same noise from the same key and the mean would be over "
+        "this shard only",
+        sample_axis_name=sample_axis_name,
+    )
+    return batch
 
 
 def approximate_r1(
@@ -147,21 +156,10 @@ def approximate_r1(
     """
     sigma = check_sigma(sigma)
     weight = validation.check_weight(weight)
-    validation.check_axis_name(axis_name)
-    validation.check_axis_name(sample_axis_name, "sample_axis_name")
-    check_axis_kinds(axis_name, sample_axis_name)
-    _, batch = validation.leaves_of(x, "x")
-    require_axis_name(
-        x,
-        axis_name,
-        "x",
-        "every shard would draw the same noise from the same key and the mean would be over "
-        "this shard only",
-        sample_axis_name=sample_axis_name,
-    )
+    batch = _check_axes(x, axis_name, sample_axis_name)
     noisy = perturb(key, x, sigma, axis_name, sample_axis_name)
-    sample_axes = collective_axes(sample_axis_name)
-    batch_axes = set(collective_axes(axis_name)) & varying_axes(x)
+    sample_axes = distributed.collective_axes(sample_axis_name)
+    batch_axes = set(distributed.collective_axes(axis_name)) & distributed.varying_axes(x)
 
     def scores(points: PyTree) -> jax.Array:
         raw = validation.call_critic(critic, points)
@@ -170,7 +168,7 @@ def approximate_r1(
     clean_scores, noisy_scores = scores(x), scores(noisy)
     dtype = jnp.promote_types(jnp.result_type(clean_scores, noisy_scores), jnp.float32)
     differences = noisy_scores.astype(dtype) - clean_scores.astype(dtype)
-    return weight * global_mean(jnp.square(differences), axis_name)
+    return weight * distributed.global_mean(jnp.square(differences), axis_name)
 
 
 __all__ = ["approximate_r1", "check_sigma", "perturb"]

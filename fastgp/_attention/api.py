@@ -128,22 +128,14 @@ def attention(
 ) -> jax.Array:
     """softmax(scale · q kᵀ, masked) v per head: (B, Tq, H, Dv) in q's dtype (see the module).
 
-    Args:
-      q, k, v: (B, Tq, H, D), (B, Tk, H, D), (B, Tk, H, Dv) float arrays.
-      scale: the score scale, 1/sqrt(D) by default.
-      mask: (B, Tk) or (B, 1, 1, Tk) bool key-padding mask, True to attend.
-      is_causal: query i attends to keys j <= i.
-      backend: ``"auto"`` (XLA today, or what ``fastgp.attention_backend`` sets), ``"pallas"``
-        (Mosaic TPU kernels), ``"interpret"`` or ``"tpu-interpret"`` (the kernels on CPU) or
-        ``"xla"`` (the blockwise jnp loops).
-      sample_axis_name: inside ``shard_map``, the mesh axes the token axis of q, k, v (and the
-        mask) is split over: each device keeps its queries and gathers the keys and values.
-        Under explicit axes a sharded token axis is recognised from the arrays' types.
-      bias, dropout_rng, dropout_rate, broadcast_dropout, deterministic, dtype, precision, module,
-        force_fp32_for_softmax, qk_attn_weights_einsum, attn_weights_value_einsum: Flax's
-        ``attention_fn`` keywords, named so that Linen passes them. ``dtype`` casts q, k, v;
-        softmax is always float32; dropout (unless deterministic), a bias, a module to sow
-        into, a precision and custom einsums are refused with a ValueError.
+    q, k, v: (B, Tq, H, D), (B, Tk, H, D), (B, Tk, H, Dv) floats; ``scale`` 1/sqrt(D) by default;
+    ``mask``: (B, Tk) or (B, 1, 1, Tk) bool key padding, True to attend; ``is_causal``: query i
+    sees keys j <= i; ``backend``: "auto" (XLA today, or what ``fastgp.attention_backend``
+    sets), "pallas" (Mosaic TPU kernels), "interpret" or "tpu-interpret" (the kernels on CPU),
+    "xla" (blockwise loops); ``sample_axis_name``: inside shard_map, the mesh axes the tokens are
+    split over (under explicit axes the arrays' types say so). The rest are Flax's attention_fn
+    keywords, named so that Linen passes them: ``dtype`` casts q, k, v; dropout (unless
+    deterministic), a bias, a module to sow into, a precision and custom einsums raise ValueError.
     """
     del dropout_rng, broadcast_dropout, force_fp32_for_softmax  # no effect without dropout
     _refuse_unsupported(

@@ -264,19 +264,3 @@ def interpolate(
         return r + a * (f - r)
 
     return jax.tree.map(mix, real, fake)
-
-
-__all__ = [
-    "DEFAULT_WEIGHT",
-    "REMAT_POLICIES",
-    "SECOND_ORDER",
-    "grad_norms",
-    "gradient_penalty",
-    "gradient_penalty_and_norms",
-    "input_gradients",
-    "interpolate",
-    "penalty_and_norms_from_grads",
-    "penalty_from_grads",
-    "per_sample_penalties",
-    "remat_critic",
-]

@@ -28,16 +28,8 @@ import optax
 
 from fastgp import approximate_r1
 from fastgp._penalty.reference import naive_grad_norms, naive_gradient_penalty
+from fastgp.train import state as train_state
 from fastgp.train.models import Model
-from fastgp.train.state import (
-    TrainConfig,
-    TrainState,
-    critic_keys,
-    generator_key,
-    gp_schedule,
-    init_state,
-    optimizers,
-)
 
 
 class NaiveTrainer:
@@ -45,19 +37,25 @@ class NaiveTrainer:
     ``fastgp.train.trainer.Trainer``."""
 
     def __init__(
-        self, config: TrainConfig, generator: Model, critic: Model, sample_real: Callable[..., Any]
+        self,
+        config: train_state.TrainConfig,
+        generator: Model,
+        critic: Model,
+        sample_real: Callable[..., Any],
     ) -> None:
         self.config = config
         self.generator, self.critic, self.sample_real = generator, critic, sample_real
-        self._opt_g, self._opt_d = optimizers(config)
+        self._opt_g, self._opt_d = train_state.optimizers(config)
         self._critic_update = jax.jit(self._critic_update_impl, static_argnums=(2, 3))
         self._generator_update = jax.jit(self._generator_update_impl)
         self._generator_grads = jax.jit(jax.grad(self._generator_loss))
 
-    def init(self) -> TrainState:
-        return init_state(self.config, self.generator, self.critic)
+    def init(self) -> train_state.TrainState:
+        return train_state.init_state(self.config, self.generator, self.critic)
 
-    def run(self, state: TrainState, iterations: int) -> tuple[TrainState, dict[str, Any]]:
+    def run(
+        self, state: train_state.TrainState, iterations: int
+    ) -> tuple[train_state.TrainState, dict[str, Any]]:
         """``iterations`` generator iterations, one jitted step at a time; (state, metrics)."""
         cfg = self.config
         records = []
@@ -65,7 +63,7 @@ class NaiveTrainer:
             iteration = int(state.iteration)
             steps = []
             for step in range(cfg.n_critic):
-                apply_gp, weight = gp_schedule(cfg, iteration * cfg.n_critic + step)
+                apply_gp, weight = train_state.gp_schedule(cfg, iteration * cfg.n_critic + step)
                 state, metrics, _ = self._critic_update(state, step, bool(apply_gp), weight)
                 steps.append(metrics)
             state, generator_loss = self._generator_update(state)
@@ -74,10 +72,12 @@ class NaiveTrainer:
             records.append(record)
         return state, {name: np.stack([r[name] for r in records]) for name in records[0]}
 
-    def gradients(self, state: TrainState) -> tuple[Any, Any]:
+    def gradients(self, state: train_state.TrainState) -> tuple[Any, Any]:
         """(critic grads, generator grads) of the first critic step and of the generator step of
         iteration ``state.iteration``, both at ``state``'s parameters (no update)."""
-        apply_gp, weight = gp_schedule(self.config, int(state.iteration) * self.config.n_critic)
+        apply_gp, weight = train_state.gp_schedule(
+            self.config, int(state.iteration) * self.config.n_critic
+        )
         _, _, critic_grads = self._critic_update(state, 0, bool(apply_gp), weight)
         return critic_grads, self._generator_grads(
             state.g_params, state.d_params, self._generator_key(state)
@@ -126,10 +126,10 @@ class NaiveTrainer:
         return penalty - wasserstein, (wasserstein, penalty, points)
 
     def _critic_update_impl(
-        self, state: TrainState, step: int, apply_gp: bool, weight: float
-    ) -> tuple[TrainState, dict[str, Any], Any]:
+        self, state: train_state.TrainState, step: int, apply_gp: bool, weight: float
+    ) -> tuple[train_state.TrainState, dict[str, Any], Any]:
         cfg = self.config
-        keys = critic_keys(state.key, state.iteration, step)
+        keys = train_state.critic_keys(state.key, state.iteration, step)
         real = self.sample_real(keys[0], cfg.batch_size).astype(jnp.float32)
         (loss, (wasserstein, penalty, points)), grads = jax.value_and_grad(
             self._critic_loss, has_aux=True
@@ -150,13 +150,15 @@ class NaiveTrainer:
         }
         return state, metrics, grads
 
-    def _generator_key(self, state: TrainState) -> jax.Array:
-        return generator_key(state.key, state.iteration, self.config.n_critic)
+    def _generator_key(self, state: train_state.TrainState) -> jax.Array:
+        return train_state.generator_key(state.key, state.iteration, self.config.n_critic)
 
     def _generator_loss(self, g_params: Any, d_params: Any, key: jax.Array) -> jax.Array:
         return -jnp.mean(self._scores(d_params, self._fake(g_params, key)))
 
-    def _generator_update_impl(self, state: TrainState) -> tuple[TrainState, jax.Array]:
+    def _generator_update_impl(
+        self, state: train_state.TrainState
+    ) -> tuple[train_state.TrainState, jax.Array]:
         loss, grads = jax.value_and_grad(self._generator_loss)(
             state.g_params, state.d_params, self._generator_key(state)
         )

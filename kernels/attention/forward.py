@@ -97,18 +97,17 @@ def flash_forward(
       q, k, v: (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv); f32, bf16 or f16.
       key_mask: (B, Tk) int32, 1 = valid key.
       scale: multiplies q.k. causal: query i sees key j only if j <= q_offset + i.
-      block_q, block_k: must divide Tq and Tk (``flash_blocks``).
+      block_q, block_k: must divide Tq and Tk (``tiling.blocks``).
       interpret: Pallas interpret mode (True or ``pltpu.InterpretParams``).
       q_offset: the first query's position among the keys (causal only; a sequence shard's
         start), 0 by default.
-      vmem_limit_bytes: scoped-VMEM limit (``flash_blocks(...).vmem_limit_bytes``; None: default).
+      vmem_limit_bytes: scoped-VMEM limit (``tiling.blocks(...).vmem_limit_bytes``; None: default).
 
     Returns:
       o (B, H, Tq, Dv) in q.dtype and lse (B, H, Tq) float32 (0 and 0 for rows with no valid key).
     """
     lay = layout(q, k, v, block_q, block_k, causal, q_offset)
     b, h = lay.batch, lay.heads
-    e = lay.elements()
     o, lse = pl.pallas_call(
         functools.partial(_forward_kernel, lay=lay, scale=scale),
         out_shape=(
@@ -129,13 +128,20 @@ def flash_forward(
             pltpu.VMEM((lay.bq, lay.dv), jnp.float32),
         ],
         compiler_params=compiler_params(vmem_limit_bytes),
-        cost_estimate=pl.CostEstimate(
-            flops=2 * e * (lay.d + lay.dv),
-            transcendentals=e + lay.streamed() * lay.bq,
-            bytes_accessed=nbytes(q)
-            + lay.streamed() * lay.bk * (lay.d * k.dtype.itemsize + lay.dv * v.dtype.itemsize + 4)
-            + b * h * lay.tq * (lay.dv * q.dtype.itemsize + 4),
-        ),
+        cost_estimate=_cost(lay, q, k, v),
         interpret=interpret,
     )(q, k, v, key_rows(key_mask))
     return o, lse.reshape(b, h, lay.tq)
+
+
+def _cost(lay: Layout, q: jax.Array, k: jax.Array, v: jax.Array) -> pl.CostEstimate:
+    """The forward kernel's loop counts (see the package docstring)."""
+    e = lay.elements()
+    kv_bytes = lay.d * k.dtype.itemsize + lay.dv * v.dtype.itemsize
+    return pl.CostEstimate(
+        flops=2 * e * (lay.d + lay.dv),
+        transcendentals=e + lay.streamed() * lay.bq,
+        bytes_accessed=nbytes(q)
+        + lay.streamed() * lay.bk * (kv_bytes + 4)
+        + lay.batch * lay.heads * lay.tq * (lay.dv * q.dtype.itemsize + 4),
+    )

@@ -107,10 +107,6 @@ def flash_tangent(
     """
     lay = layout(q, k, v, block_q, block_k, causal, q_offset)
     b, h = lay.batch, lay.heads
-    e = lay.elements()
-    kv_bytes = (lay.d * (k.dtype.itemsize + dk.dtype.itemsize)) + lay.dv * (
-        v.dtype.itemsize + dv.dtype.itemsize
-    )
     do, dlse = pl.pallas_call(
         functools.partial(_tangent_kernel, lay=lay, scale=scale),
         out_shape=(
@@ -136,13 +132,23 @@ def flash_tangent(
             pltpu.VMEM((lay.bq, lay.dv), jnp.float32),
         ],
         compiler_params=compiler_params(vmem_limit_bytes),
-        cost_estimate=pl.CostEstimate(
-            flops=2 * e * (3 * lay.d + 2 * lay.dv),
-            transcendentals=e,
-            bytes_accessed=nbytes(q, o, dq)
-            + lay.streamed() * lay.bk * (kv_bytes + 4)
-            + b * h * lay.tq * (lay.dv * q.dtype.itemsize + 8),
-        ),
+        cost_estimate=_cost(lay, q, k, v, o, dq, dk, dv),
         interpret=interpret,
     )(q, k, v, o, stat_rows(lse), key_rows(key_mask), dq, dk, dv)
     return do, dlse.reshape(b, h, lay.tq)
+
+
+def _cost(lay: Layout, *arrays: jax.Array) -> pl.CostEstimate:
+    """The tangent kernel's loop counts (see the package docstring) for q, k, v, o, dq, dk, dv."""
+    q, k, v, o, dq, dk, dv = arrays
+    e = lay.elements()
+    kv_bytes = lay.d * (k.dtype.itemsize + dk.dtype.itemsize) + lay.dv * (
+        v.dtype.itemsize + dv.dtype.itemsize
+    )
+    return pl.CostEstimate(
+        flops=2 * e * (3 * lay.d + 2 * lay.dv),
+        transcendentals=e,
+        bytes_accessed=nbytes(q, o, dq)
+        + lay.streamed() * lay.bk * (kv_bytes + 4)
+        + lay.batch * lay.heads * lay.tq * (lay.dv * q.dtype.itemsize + 8),
+    )

@@ -151,28 +151,21 @@ def flash_vjp(
     delta = jnp.sum(g_o.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)
     rows = (stat_rows(lse), stat_rows(delta - g_lse.astype(jnp.float32)), key_rows(key_mask))
     params = compiler_params(vmem_limit_bytes)
-    g_q = _dq_call(q, k, v, *rows, g_o, lay=lay, scale=scale, params=params, interpret=interpret)
-    g_k, g_v = _dkv_call(
-        q, k, v, *rows, g_o, lay=lay, scale=scale, params=params, interpret=interpret
-    )
+    operands = (q, k, v, *rows, g_o)
+    g_q = _dq_call(operands, lay, scale, params, interpret)
+    g_k, g_v = _dkv_call(operands, lay, scale, params, interpret)
     return g_q, g_k, g_v
 
 
 def _dq_call(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    lse_rows: jax.Array,
-    c: jax.Array,
-    key_rows: jax.Array,
-    g_o: jax.Array,
-    *,
+    operands: tuple[jax.Array, ...],
     lay: Layout,
     scale: float,
     params: pltpu.CompilerParams,
     interpret: Interpret,
 ) -> jax.Array:
     """g_q over query blocks, the key blocks last; c = delta - g_lse as lane-dense rows."""
+    q, k, v, _, _, _, g_o = operands  # q, k, v, lse rows, c rows, key rows, g_o
     b, h, e = lay.batch, lay.heads, lay.elements()
     kv_item = lay.d * k.dtype.itemsize + lay.dv * v.dtype.itemsize
     return pl.pallas_call(
@@ -204,24 +197,18 @@ def _dq_call(
             + lay.streamed() * lay.bk * (kv_item + 4),
         ),
         interpret=interpret,
-    )(q, k, v, lse_rows, c, key_rows, g_o)
+    )(*operands)
 
 
 def _dkv_call(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    lse_rows: jax.Array,
-    c: jax.Array,
-    key_rows: jax.Array,
-    g_o: jax.Array,
-    *,
+    operands: tuple[jax.Array, ...],
     lay: Layout,
     scale: float,
     params: pltpu.CompilerParams,
     interpret: Interpret,
 ) -> tuple[jax.Array, jax.Array]:
     """g_k and g_v over key blocks, the query blocks last (transposed score tiles)."""
+    q, k, v, _, _, _, g_o = operands  # q, k, v, lse rows, c rows, key rows, g_o
     b, h, e = lay.batch, lay.heads, lay.elements()
     q_item, go_item = q.dtype.itemsize, g_o.dtype.itemsize
     g_k, g_v = pl.pallas_call(
@@ -252,5 +239,5 @@ def _dkv_call(
             + lay.streamed() * lay.bq * (lay.d * q_item + lay.dv * go_item + 8),
         ),
         interpret=interpret,
-    )(q, k, v, lse_rows, c, key_rows, g_o)
+    )(*operands)
     return g_k, g_v

@@ -10,6 +10,7 @@ penalty's. ``LAYOUTS`` is the table docs/recipes.md renders; its refusals are te
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -89,7 +90,7 @@ def one_device():
 
 # layout: mesh shape and names, x's spec, the weights' specs (a tree or one spec for all), and
 # the shard_map names: axis_name, sample_axis_name, and the critic's keywords.
-LAYOUTS = {
+LAYOUTS: dict[str, dict[str, Any]] = {
     "data parallel": dict(
         mesh=((8,), ("data",)), x=P("data"), params=P(), axis_name="data", critic={}
     ),
@@ -173,10 +174,10 @@ def run(layout_name, mode):
             return all_variants(penalty_of, p, t)
 
         out_specs = {v: (P(), specs, specs) for v in VARIANTS}
-        step = jax.shard_map(
+        mapped = jax.shard_map(
             local, mesh=mesh, in_specs=(specs, specs, layout["x"]), out_specs=out_specs
         )
-        return jax.jit(step)(params, tangent, x)
+        return jax.jit(mapped)(params, tangent, x)
 
     def step(p, t, x):
         def penalty_of(p, kind, second_order):
