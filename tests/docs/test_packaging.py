@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOT_SOURCE = shutil.ignore_patterns(
     ".git",
     ".venv",
@@ -175,3 +175,24 @@ def test_core_dependencies_are_light():
     assert names == {"jax", "numpy", "einops"}, names
     train = {re.split(r"[<>=\[ ]", dep)[0] for dep in project["optional-dependencies"]["train"]}
     assert {"optax", "orbax-checkpoint", "rich", "matplotlib", "scikit-learn"} <= train
+
+
+def test_every_install_line_in_the_docs_installs_this_project_with_real_extras():
+    """The index's ``fastgp`` is another project: install lines name the source tree (``.``),
+    and every extra they name is one pyproject.toml defines."""
+    import tomllib
+
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    lines = [
+        match for page in pages for match in re.findall(r"pip install ([^`\n]+)", page.read_text())
+    ]
+    assert lines, "no install line found"
+    for line in lines:
+        target = line.strip().strip("\"'")
+        assert target == "." or target.startswith(".["), f"{line!r} does not install the source"
+        named = re.findall(r"\[([^\]]+)\]", target)
+        for group in named:
+            assert set(group.split(",")) <= extras, f"{line!r}: unknown extra"
