@@ -3,7 +3,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINT_PATHS := fastgp kernels benchmarks tests
-# mypy checks the installed layout (kernels/ as fastgp/kernels) and tests/ through a tree of links here.
+# mypy checks the installed layout (kernels/ as fastgp/kernels) and tests/ through a tree of links
+# here, with the benchmarks/ package that tests import (benchmarks.zoo.critics, ...) beside them.
 TYPECHECK := build/typecheck
 
 .PHONY: test check lint train bench tpu-compile tpu-capacity clean
@@ -22,6 +23,7 @@ lint: $(STAMP)
 	ln -s $(CURDIR)/fastgp/*.py $(CURDIR)/fastgp/py.typed $(CURDIR)/fastgp/train $(CURDIR)/fastgp/_penalty $(CURDIR)/fastgp/_attention $(CURDIR)/fastgp/_approximate $(TYPECHECK)/fastgp/
 	ln -s $(CURDIR)/kernels $(TYPECHECK)/fastgp/kernels
 	ln -sfn $(CURDIR)/tests $(TYPECHECK)/tests
+	ln -sfn $(CURDIR)/benchmarks $(TYPECHECK)/benchmarks
 	cd $(TYPECHECK) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml
 
 test: lint
@@ -34,20 +36,23 @@ check: lint
 train: $(STAMP)
 	JAX_PLATFORMS=cpu $(VENV)/bin/fastgp train --out runs/$$(date +%Y%m%d-%H%M%S)
 
+# The pytest-benchmark suites of benchmarks/suites/ -> benchmarks/results/suites/bench.{json,md,png}
+# and, from the critic zoo's groups, benchmarks/results/zoo/zoo_cpu.md.
 bench: $(STAMP)
-	mkdir -p benchmarks/results
+	mkdir -p benchmarks/results/suites
 	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) -m pytest benchmarks -q --benchmark-only \
-		--benchmark-json benchmarks/results/bench.json
-	JAX_PLATFORMS=cpu $(PY) benchmarks/report.py
+		--benchmark-json benchmarks/results/suites/bench.json
+	JAX_PLATFORMS=cpu $(PY) -m benchmarks.suites.report
 
-# Compiles for TPU chips from this host: minutes per program. Both keep what they compiled in
-# benchmarks/results/zoo_tpu.json and reuse it; delete that file to measure again.
+# Compiles for TPU chips from this host: minutes per program. The zoo's programs and capacity
+# search keep what they compiled in benchmarks/results/zoo/ (zoo_tpu.json,
+# zoo_capacity_compiles.json) and reuse it; delete those files to measure again.
 tpu-compile: $(STAMP)
-	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/tpu_compile.py
-	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/zoo_tpu.py programs
+	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) -m benchmarks.tpu.compile
+	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) -m benchmarks.zoo.tpu programs
 
 tpu-capacity: $(STAMP)
-	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) benchmarks/zoo_tpu.py capacity
+	JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 $(PY) -m benchmarks.zoo.tpu capacity
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks .ruff_cache $(TYPECHECK)

@@ -1,20 +1,22 @@
 """The figures that README.md and docs/*.md quote from benchmarks/results/, rendered from there.
 
-    python benchmarks/published.py            # print every block
-    python benchmarks/published.py --write    # rewrite the marked blocks of README.md, docs/*.md
+    python -m benchmarks.published            # print every block
+    python -m benchmarks.published --write    # rewrite the marked blocks of README.md, docs/*.md
 
 A page marks a quoted block as ``<!-- results:NAME -->`` ... ``<!-- /results:NAME -->`` (a table
-on lines of its own, or a sentence inside a paragraph); ``tests/test_figures.py`` checks that the
-text between the marks is :func:`render` of ``NAME``, so a page whose figures the results files no
-longer give fails the suite. Sources, per block (:data:`SOURCES`):
+on lines of its own, or a sentence inside a paragraph); ``tests/docs/test_figures.py`` checks that
+the text between the marks is :func:`render` of ``NAME``, so a page whose figures the results files
+no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under results/):
 
-    bench.json                                  the CPU zoo (report.py renders zoo_cpu.md from it)
-    zoo_tpu.json, zoo_capacity_compiles.json    the zoo compiled for v5e and v6e (zoo_tpu.md)
-    zoo_capacity.json                           the largest batch per chip (zoo_capacity.md)
-    train_time.json                             the toy runs' times and quality (train_time.md)
-    trainer_runs.json                           the digits runs, and the published toy figures
-    attention_tpu.json                          the long-sequence ViT critics (attention_tpu.md)
-    approximate_r1*.json                        approximate_r1 against exact R1 (its own tables)
+    suites/bench.json                  the CPU zoo (suites/report.py renders zoo/zoo_cpu.md of it)
+    zoo/zoo_tpu.json,                  the zoo compiled for v5e and v6e (zoo/zoo_tpu.md)
+      zoo/zoo_capacity_compiles.json
+    zoo/zoo_capacity.json              the largest batch per chip (zoo/zoo_capacity.md)
+    training/train_time.json           the toy runs' times and quality (training/train_time.md)
+    training/trainer_runs.json         the digits runs, and the published toy figures
+    attention/attention_tpu.json       the long-sequence ViT critics (attention/attention_tpu.md)
+    attention/sequence_tpu.json        the ViT critic's tokens over 4-16 v5e chips (sequence_tpu.md)
+    approximate_r1/approximate_r1*     approximate_r1 against exact R1 (its own tables, .json)
 """
 
 import argparse
@@ -23,14 +25,13 @@ import pathlib
 import re
 import sys
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
-RESULTS = HERE / "results"
-sys.path.insert(0, str(HERE))
+import benchmarks
+from benchmarks.approximate_r1 import tables as approximate_r1_tables
+from benchmarks.tables import markdown_table
+from benchmarks.zoo import report as zoo_report
 
-import approximate_r1_tables  # noqa: E402
-import zoo_report  # noqa: E402
-from tables import markdown_table  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = benchmarks.RESULTS
 
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 MARK = re.compile(r"<!-- results:([a-z0-9-]+) -->(.*?)<!-- /results:\1 -->", re.S)
@@ -74,7 +75,7 @@ class Results:
         """{critic: the paired benchmark's extra_info} of the CPU zoo in bench.json."""
 
         def load():
-            _, groups = zoo_report.load(self.dir / "bench.json")
+            _, groups = zoo_report.load(self.dir / "suites" / "bench.json")
             return {c: b["extra_info"] for c, b in zoo_report.zoo_benches(groups).items()}
 
         return self._get("cpu", load)
@@ -83,10 +84,10 @@ class Results:
         """The compiled figures of one zoo step at the zoo batch, or None if not compiled."""
 
         def load():
-            import zoo_tpu
+            from benchmarks.zoo import tpu as zoo_tpu
 
             cache = zoo_tpu.Cache(
-                self.dir / "zoo_tpu.json", self.dir / "zoo_capacity_compiles.json"
+                self.dir / "zoo" / "zoo_tpu.json", self.dir / "zoo" / "zoo_capacity_compiles.json"
             )
             return {
                 (r["generation"], r["critic"], r["variant"]): r
@@ -100,18 +101,18 @@ class Results:
         return None if ours is None or ref is None else ours["bytes"] / ref["bytes"]
 
     def capacity(self, critic, variant):
-        """The largest batch that fitted one v5e chip (zoo_capacity.json), or None."""
-        rows = self._get("capacity", lambda: _json_in(self.dir, "zoo_capacity.json"))
+        """The largest batch that fitted one v5e chip (zoo/zoo_capacity.json), or None."""
+        rows = self._get("capacity", lambda: _json_in(self.dir, "zoo/zoo_capacity.json"))
         found = [r["fits"] for r in rows if (r["critic"], r["variant"]) == (critic, variant)]
         return found[0] if found else None
 
     @property
     def train_time(self):
-        return self._get("train_time", lambda: _json_in(self.dir, "train_time.json"))
+        return self._get("train_time", lambda: _json_in(self.dir, "training/train_time.json"))
 
     @property
     def trainer_runs(self):
-        return self._get("trainer_runs", lambda: _json_in(self.dir, "trainer_runs.json"))
+        return self._get("trainer_runs", lambda: _json_in(self.dir, "training/trainer_runs.json"))
 
 
 def _json_in(directory, name):
@@ -217,7 +218,7 @@ def _range(values, fmt="{:.3f}"):
 def zoo_headline(results):
     """The README's sentence: the CPU step ratios and the TPU bytes over the whole zoo."""
     cpu = {c: _cpu_ratio(i) for c, i in results.cpu.items()}
-    low, high = min(cpu, key=cpu.get), max(cpu, key=cpu.get)
+    low, high = min(cpu, key=lambda c: cpu[c]), max(cpu, key=lambda c: cpu[c])
     moved = {
         g: [results.bytes_ratio(g, c, "fastgp") for c in CRITICS if results.tpu(g, c, "fastgp")]
         for g in ("v5e", "v6e")
@@ -233,7 +234,8 @@ def zoo_headline(results):
 def _percent_groups(results, generation):
     """{'fewer' / 'the same' / 'more': [(critic, |ratio - 1|)]} of the Pallas step's bytes
     against the default's, and the critics not compiled."""
-    groups, missing = {"fewer": [], "the same": [], "more": []}, []
+    groups: dict[str, list[tuple[str, float]]] = {"fewer": [], "the same": [], "more": []}
+    missing = []
     for critic in CRITICS:
         ratio = results.bytes_ratio(generation, critic, "fastgp-pallas", over="fastgp")
         if ratio is None:
@@ -253,7 +255,7 @@ def _names(items):
 def zoo_pallas(results):
     """The clause on backend="pallas" against the default's step, per generation, over the zoo:
     'on v5e fewer bytes on a and b (x-y %), as many on c and more on d (x %); on v6e ...'."""
-    parts = []
+    parts: list[str] = []
     for generation in ("v5e", "v6e"):
         groups, missing = _percent_groups(results, generation)
         said = []
@@ -477,7 +479,7 @@ def digits_runs(results):
 
 def attention_tpu(results):
     """performance.md's table of the long-sequence ViT critic steps compiled for TPU chips."""
-    records = _json_in(results.dir, "attention_tpu.json")
+    records = _json_in(results.dir, "attention/attention_tpu.json")
     order = {g: i for i, g in enumerate(("v5e", "v6e", "v5p", "7x"))}
     rows = []
     for r in sorted(
@@ -508,12 +510,20 @@ def attention_tpu(results):
     )
 
 
+def attention_sequence_tpu(results):
+    """performance.md's table of the sequence-parallel ViT critic on 16 v5e chips."""
+    from benchmarks.attention import sequence_tpu
+
+    return sequence_tpu.table(_json_in(results.dir, "attention/sequence_tpu.json"))
+
+
 BLOCKS = {
     "approximate-r1-ratios": approximate_r1_tables.ratios,
     "approximate-r1-gradients": approximate_r1_tables.gradients,
     "approximate-r1-cost": approximate_r1_tables.cost,
     "approximate-r1-training": approximate_r1_tables.training,
     "attention-tpu": attention_tpu,
+    "attention-sequence-tpu": attention_sequence_tpu,
     "zoo-headline": zoo_headline,
     "zoo-summary": zoo_summary,
     "zoo-cpu": zoo_cpu,
@@ -526,27 +536,29 @@ BLOCKS = {
     "trainer-runs": trainer_runs,
     "digits-runs": digits_runs,
 }
+# The results files each block is rendered from, as paths under RESULTS.
 SOURCES = {
-    "approximate-r1-ratios": ("approximate_r1.json",),
-    "approximate-r1-gradients": ("approximate_r1_gradients.json",),
+    "approximate-r1-ratios": ("approximate_r1/approximate_r1.json",),
+    "approximate-r1-gradients": ("approximate_r1/approximate_r1_gradients.json",),
     "approximate-r1-cost": (
-        "approximate_r1.json",
-        "approximate_r1_tpu.json",
-        "approximate_r1_tpu_capacity.json",
+        "approximate_r1/approximate_r1.json",
+        "approximate_r1/approximate_r1_tpu.json",
+        "approximate_r1/approximate_r1_tpu_capacity.json",
     ),
-    "approximate-r1-training": ("approximate_r1_training.json",),
-    "attention-tpu": ("attention_tpu.json",),
-    "zoo-headline": ("bench.json", "zoo_tpu.json"),
-    "zoo-summary": ("bench.json", "zoo_tpu.json", "zoo_capacity.json"),
-    "zoo-cpu": ("bench.json",),
-    "zoo-pallas": ("zoo_tpu.json",),
-    "zoo-bytes-v5e": ("zoo_tpu.json", "zoo_capacity_compiles.json"),
-    "zoo-bytes-v6e": ("zoo_tpu.json",),
-    "zoo-capacity": ("zoo_capacity.json",),
-    "toy-runs": ("train_time.json", "trainer_runs.json"),
-    "train-time": ("train_time.json",),
-    "trainer-runs": ("train_time.json", "trainer_runs.json"),
-    "digits-runs": ("trainer_runs.json",),
+    "approximate-r1-training": ("approximate_r1/approximate_r1_training.json",),
+    "attention-tpu": ("attention/attention_tpu.json",),
+    "attention-sequence-tpu": ("attention/sequence_tpu.json",),
+    "zoo-headline": ("suites/bench.json", "zoo/zoo_tpu.json"),
+    "zoo-summary": ("suites/bench.json", "zoo/zoo_tpu.json", "zoo/zoo_capacity.json"),
+    "zoo-cpu": ("suites/bench.json",),
+    "zoo-pallas": ("zoo/zoo_tpu.json",),
+    "zoo-bytes-v5e": ("zoo/zoo_tpu.json", "zoo/zoo_capacity_compiles.json"),
+    "zoo-bytes-v6e": ("zoo/zoo_tpu.json",),
+    "zoo-capacity": ("zoo/zoo_capacity.json",),
+    "toy-runs": ("training/train_time.json", "training/trainer_runs.json"),
+    "train-time": ("training/train_time.json",),
+    "trainer-runs": ("training/train_time.json", "training/trainer_runs.json"),
+    "digits-runs": ("training/trainer_runs.json",),
 }
 
 

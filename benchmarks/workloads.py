@@ -26,7 +26,7 @@ Variants of the penalty inside a critic step (``fastgp.penalty.gradient_penalty`
 
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,7 +53,7 @@ VARIANTS = (
     "approximate-r1",
 )
 APPROXIMATE_SIGMA = 0.01
-OPTIONS = {
+OPTIONS: dict[str, dict[str, Any]] = {
     "fastgp": {},
     "fastgp-xla": dict(backend="xla"),
     "fastgp-pallas": dict(backend="pallas"),

@@ -1,8 +1,8 @@
 """The parameter gradient of approximate_r1, averaged over noise draws, against exact R1's.
 
-    JAX_PLATFORMS=cpu python benchmarks/approximate_r1_gradients.py [--draws 256]
+    JAX_PLATFORMS=cpu python -m benchmarks.approximate_r1.gradients [--draws 256]
         [--activations relu leaky_relu tanh gelu] [--sigmas 0.01 0.1]
-    -> benchmarks/results/approximate_r1_gradients.{json,md}
+    -> benchmarks/results/approximate_r1/approximate_r1_gradients.{json,md}
 
 The critic is the toy recipe's shape, ``fastgp.train.models.mlp([2, 256, 256, 256, 1])``, at
 initialisation (seed 0), on 256 inputs x ~ N(0, 1.5^2 I). With g_exact the parameter gradient of
@@ -21,11 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import benchmarks
+from benchmarks.tables import markdown_table
 from fastgp import approximate_r1, gradient_penalty
 from fastgp.train.models import mlp
-from tables import markdown_table
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+RESULTS = benchmarks.RESULTS / "approximate_r1"
 SIZES = (2, 256, 256, 256, 1)
 
 
@@ -65,7 +66,7 @@ def compare(activation: str, sigma: float, draws: int) -> dict:
 
 def markdown(result: dict) -> str:
     command = " ".join(
-        ["JAX_PLATFORMS=cpu python benchmarks/approximate_r1_gradients.py", *result["argv"]]
+        ["JAX_PLATFORMS=cpu python -m benchmarks.approximate_r1.gradients", *result["argv"]]
     )
     return "\n".join(
         [
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             row = compare(activation, sigma, args.draws)
             print(json.dumps(row), flush=True)
             result["rows"].append(row)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(result))
     return 0

@@ -1,6 +1,7 @@
-"""The tables docs/performance.md quotes about approximate_r1, rendered from benchmarks/results/.
+"""The tables docs/performance.md quotes about approximate_r1, rendered from
+benchmarks/results/approximate_r1/.
 
-Each function takes ``published.Results`` and returns the table's lines:
+Each function takes ``benchmarks.published.Results`` and returns the table's lines:
 
     ratios(results)     approximate_r1.json: ratio to sigma^2 R1 per critic, training and sigma
     cost(results)       approximate_r1.json (CPU times), approximate_r1_tpu.json (v5e compiles)
@@ -12,13 +13,14 @@ import json
 import pathlib
 import statistics
 
-from tables import markdown_table
+from benchmarks.tables import markdown_table
 
 PM = "\N{PLUS-MINUS SIGN}"
+STUDY = "approximate_r1"  # the results' folder under the results directory
 
 
 def _load(results, name):
-    return json.loads((pathlib.Path(results.dir) / name).read_text())
+    return json.loads((pathlib.Path(results.dir) / STUDY / name).read_text())
 
 
 def ratios(results):
@@ -104,7 +106,7 @@ def _quality(run):
 
 def training(results):
     """Per dataset, penalty and sigma: each seed's final quality and the median train_s."""
-    groups = {}
+    groups: dict[tuple, list[dict]] = {}
     for run in _load(results, "approximate_r1_training.json")["runs"]:
         key = (run["dataset"], run["steps"], run["penalty"], run["sigma"], run["weight"])
         groups.setdefault(key, []).append(run)

@@ -1,9 +1,9 @@
 """Training with exact R1 against approximate_r1 (its weight set by the lambda sigma^2 rule).
 
-    JAX_PLATFORMS=cpu python benchmarks/approximate_r1_training.py [--seeds 0 1 2]
+    JAX_PLATFORMS=cpu python -m benchmarks.approximate_r1.training [--seeds 0 1 2]
         [--datasets 8gaussians digits] [--sigmas 0.01 0.1] [--digits-steps 3000]
         [--append]
-    -> benchmarks/results/approximate_r1_training.{json,md}
+    -> benchmarks/results/approximate_r1/approximate_r1_training.{json,md}
 
 Each run is one ``fastgp train`` command in a fresh --out, the dataset's recipe otherwise:
 
@@ -27,10 +27,11 @@ import subprocess
 import sys
 import tempfile
 
-from tables import markdown_table
+import benchmarks
+from benchmarks.tables import markdown_table
 
 HERE = pathlib.Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+RESULTS = benchmarks.RESULTS / "approximate_r1"
 RECIPE_WEIGHT = {"8gaussians": 1.0, "25gaussians": 1.0, "swissroll": 1.0, "digits": 10.0}
 QUALITY_KEYS = (
     *("modes", "total_modes", "high_quality"),
@@ -89,7 +90,7 @@ def quality_text(row: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    script = "JAX_PLATFORMS=cpu python benchmarks/approximate_r1_training.py"
+    script = "JAX_PLATFORMS=cpu python -m benchmarks.approximate_r1.training"
     command = "`, then `".join(" ".join([script, *argv]) for argv in result["invocations"])
     lines = [
         "# Training with exact R1 against approximate_r1 (weight by the lambda sigma^2 rule)",

@@ -1,13 +1,13 @@
 """Long-sequence ViT critic steps with flash and jnp attention, compiled for TPU chips.
 
-    python benchmarks/attention_tpu.py [--generations v5e,v6e] [--tokens 1024,4096,16384]
+    python -m benchmarks.attention.tpu [--generations v5e,v6e] [--tokens 1024,4096,16384]
                                        [--capacity v5e] [--max-batch 1024]
 
-For each generation, token count (``zoo.LONG_TOKENS``) and attention variant, the whole bfloat16
-WGAN-GP critic step (critic loss + penalty, value_and_grad over the parameters, Adam) of
-``zoo.vit_long`` is compiled for one chip from this host (``fastgp._compiled``) at batch 8 (4 at
-16384 tokens): peak memory, temporaries, flops and bytes, and whether the Mosaic kernels are in
-the program. With ``--capacity GEN``, the largest power-of-two batch whose step compiles within
+For each generation, token count (``zoo.critics.LONG_TOKENS``) and attention variant, the whole
+bfloat16 WGAN-GP critic step (critic loss + penalty, value_and_grad over the parameters, Adam) of
+``zoo.critics.vit_long`` is compiled for one chip from this host (``fastgp._compiled``) at batch 8
+(4 at 16384 tokens): peak memory, temporaries, flops and bytes, and whether the Mosaic kernels are
+in the program. With ``--capacity GEN``, the largest power-of-two batch whose step compiles within
 that chip's HBM (the compiler is the judge: RESOURCE_EXHAUSTED means it does not fit).
 
 Variants: ``jnp``: the zoo's plain softmax attention (every T x T array in HBM) with fastgp's
@@ -17,15 +17,14 @@ loops; first order (no penalty): ``flash/plain`` against JAX's own Pallas ``flas
 (``jax-flash/plain``), which has no second order. Flops and bytes of a Pallas call are its own
 ``pl.CostEstimate``; peak memory and capacity are measured by the compiler.
 
-Results go to ``results/attention_tpu.{json,md}``; compiled records are reused (delete to redo).
+Results go to ``results/attention/attention_tpu.{json,md}``; compiled records are reused (delete
+to redo).
 """
 
 import argparse
 import functools
 import json
 import os
-import pathlib
-import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -34,13 +33,13 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 import jax
 import jax.numpy as jnp
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import workloads as W
-import zoo
+import benchmarks
+from benchmarks import workloads as W
+from benchmarks.zoo import critics as zoo
 from fastgp import _compiled as cf
 from fastgp import attention
 
-RESULTS = pathlib.Path(__file__).parent / "results"
+RESULTS = benchmarks.RESULTS / "attention"
 RECORDS = RESULTS / "attention_tpu.json"
 
 
@@ -76,7 +75,7 @@ def _records():
 
 
 def _save(records):
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     RECORDS.write_text(json.dumps(records, indent=1) + "\n")
 
 
@@ -149,10 +148,10 @@ def render(records, capacity):
         "# Long-sequence ViT critic steps on TPU (compiled from a CPU host)",
         "",
         (
-            "Written by `benchmarks/attention_tpu.py`. ViT critic: 4x4 patches, dim 256, 4 heads "
-            "of 64, 2 pre-LN blocks, bfloat16; whole WGAN-GP critic step (value_and_grad over the "
-            "parameters + Adam) on one chip. Peak memory (GiB) at the probe batch (8; 4 at 16384 "
-            "tokens); `x` = does not compile (out of memory or no derivative rule)."
+            "Written by `python -m benchmarks.attention.tpu`. ViT critic: 4x4 patches, dim 256, "
+            "4 heads of 64, 2 pre-LN blocks, bfloat16; whole WGAN-GP critic step (value_and_grad "
+            "over the parameters + Adam) on one chip. Peak memory (GiB) at the probe batch (8; 4 "
+            "at 16384 tokens); `x` = does not compile (out of memory or no derivative rule)."
         ),
         "",
     ]

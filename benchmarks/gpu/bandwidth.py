@@ -1,21 +1,23 @@
 """GPU kernel bandwidth against a device-to-device copy and the XLA path (run on a CUDA device).
 
-    python benchmarks/gpu_bandwidth.py --out benchmarks/results/gpu_bandwidth.md
+    python -m benchmarks.gpu.bandwidth --out benchmarks/results/gpu/gpu_bandwidth.md
 
 Bandwidth counts the minimum HBM bytes: the sum of squares reads g once; the copy reads and
 writes it. Medians of repeated timed calls after warm-up, all in one run.
 """
 
 import argparse
+import os
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import benchmarks
+from benchmarks.tables import markdown_table, table_row
 from fastgp._penalty.xla import xla_sumsq
 from fastgp.kernels.penalty import gpu as penalty_gpu
-from tables import markdown_table, table_row
 
 SHAPES = [(256, 2), (256, 3072), (256, 3 * 64 * 64), (1024, 3 * 64 * 64), (64, 1 << 20)]
 
@@ -32,7 +34,7 @@ def median_seconds(fn, *args, repeats=50):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default="benchmarks/results/gpu_bandwidth.md")
+    parser.add_argument("--out", default=str(benchmarks.RESULTS / "gpu" / "gpu_bandwidth.md"))
     args = parser.parse_args()
     device = jax.devices()[0]
     rows = [
@@ -66,6 +68,7 @@ def main():
                 )
             )
             print(rows[-1], flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write("\n".join(rows) + "\n")
 

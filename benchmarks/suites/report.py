@@ -1,13 +1,14 @@
-"""Render pytest-benchmark JSON as markdown tables and a PNG plot in benchmarks/results/.
+"""Render pytest-benchmark JSON as markdown tables and a PNG plot in benchmarks/results/suites/.
 
-    pytest benchmarks --benchmark-only --benchmark-json benchmarks/results/bench.json
-    python benchmarks/report.py [benchmarks/results/bench.json]
-    python benchmarks/report.py --merge other.json   # first merge another run's groups in
+    pytest benchmarks --benchmark-only --benchmark-json benchmarks/results/suites/bench.json
+    python -m benchmarks.suites.report [benchmarks/results/suites/bench.json]
+    python -m benchmarks.suites.report --merge other.json   # first merge another run's groups in
 
 bench.json becomes bench.md and bench.png; its critic-zoo groups (``zoo:*``,
-``test_bench_zoo.py``) become zoo_cpu.md (``zoo_report.py``: step times, ratios, the fastest path
-and the compiled programs' figures). ``--merge`` puts a run of some suites only (the zoo,
-say) into bench.json in place of the groups it re-ran, recording its date under ``merged_runs``.
+``test_bench_zoo.py``) become results/zoo/zoo_cpu.md (``benchmarks.zoo.report``: step times,
+ratios, the fastest path and the compiled programs' figures). ``--merge`` puts a run of some
+suites only (the zoo, say) into bench.json in place of the groups it re-ran, recording its date
+under ``merged_runs``.
 
 Per group: median and interquartile range of one call, and the ratio of medians to the group's
 baseline (the benchmark whose ``extra_info["baseline"]`` is true: the naive path, or the plain
@@ -20,10 +21,11 @@ import json
 import pathlib
 import sys
 
-from tables import markdown_table
+import benchmarks
+from benchmarks.tables import markdown_table
 
-HERE = pathlib.Path(__file__).parent
-RESULTS = HERE / "results"
+RESULTS = benchmarks.RESULTS / "suites"
+ZOO_RESULTS = benchmarks.RESULTS / "zoo"  # zoo_cpu.md: the CPU zoo's groups of bench.json
 ORDER = ["penalty", "step", "lazy", "remat", "smoke"]
 TITLES = {
     "penalty": "Penalty value_and_grad wrt g on precomputed gradients (naive jnp vs fastgp XLA)",
@@ -44,7 +46,7 @@ def fmt_time(seconds):
 
 def load(path):
     data = json.loads(pathlib.Path(path).read_text())
-    groups = {}
+    groups: dict[str, list[dict]] = {}
     for b in data["benchmarks"]:
         groups.setdefault(b["group"], []).append(b)
     return data, groups
@@ -231,7 +233,7 @@ def render(data, groups):
         "",
         *(
             [
-                "The critic zoo (`benchmarks/zoo.py`): [zoo_cpu.md](zoo_cpu.md).",
+                "The critic zoo (`benchmarks/zoo/critics.py`): [zoo_cpu.md](../zoo/zoo_cpu.md).",
                 "",
             ]
             if any(kind_of(g) == "zoo" for g in groups)
@@ -345,12 +347,13 @@ def main(argv=None):
     plot(groups, RESULTS / "bench.png")
     print(text)
     print(f"wrote {RESULTS / 'bench.md'} and {RESULTS / 'bench.png'}", file=sys.stderr)
-    import zoo_report  # it imports this module's helpers
+    from benchmarks.zoo import report as zoo_report  # it imports this module's helpers
 
     if zoo_report.zoo_benches(groups):
         zoo_md = zoo_report.render_zoo(data, groups, zoo_report.zoo_summaries())
-        (RESULTS / "zoo_cpu.md").write_text(zoo_md)
-        print(f"wrote {RESULTS / 'zoo_cpu.md'}", file=sys.stderr)
+        ZOO_RESULTS.mkdir(parents=True, exist_ok=True)
+        (ZOO_RESULTS / "zoo_cpu.md").write_text(zoo_md)
+        print(f"wrote {ZOO_RESULTS / 'zoo_cpu.md'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ Ratios are to ``naive``; the last column is the ratio to ``plain``.
 import jax
 import pytest
 
-import workloads as W
+from benchmarks import workloads as W
 
 ROUNDS = {"mlp2": 20, "mlp3072": 12, "dcgan32": 12, "dcgan32-nhwc": 12}
 PATHS = {"plain": "plain", "naive": "naive", "fastgp": "fastgp", "fastgp reverse": "fastgp-reverse"}

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-import workloads as W
+from benchmarks import workloads as W
 
 SHAPES = [(64, 2), (256, 2), (256, 3072), (64, 3 * 64 * 64), (256, 3 * 64 * 64)]
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}

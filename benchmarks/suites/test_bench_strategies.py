@@ -13,7 +13,7 @@ Every group times its paths interleaved round by round (see ``conftest.paired``)
 import jax
 import pytest
 
-import workloads as W
+from benchmarks import workloads as W
 
 ROUNDS = {"mlp2": 15, "mlp3072": 8, "dcgan32": 8, "dcgan32-nhwc": 8}
 LAZY_STEPS = 16

@@ -1,26 +1,27 @@
-"""The critic zoo (``zoo.ZOO_CPU``): one whole critic step per path, interleaved round by round.
+"""The critic zoo (``zoo.critics.ZOO_CPU``): one whole critic step per path, interleaved round
+by round.
 
 Group ``zoo:<critic>`` times the step without the penalty (``plain``, the floor), the naive
 penalty and fastgp's default, ``second_order="reverse"``, ``remat="nothing"`` and ``remat="dots"``
 (``workloads.OPTIONS``); ratios are to ``naive``, also to ``plain``. Every path is compiled once
 (``lower().compile()``) and that executable is timed; its program figures
-(``zoo_programs.figures``: convolutions by kind, dots, transposes, copies, XLA's flops and bytes)
-go to ``extra_info["programs"]``. Before timing, every penalised path's loss and parameter
+(``zoo.programs.figures``: convolutions by kind, dots, transposes, copies, XLA's flops and
+bytes) go to ``extra_info["programs"]``. Before timing, every penalised path's loss and parameter
 gradient (Adam's first moment with b1 = 0) must equal the naive path's.
 
     make bench   (the zoo's groups land in bench.json with the rest; report.py writes
-                  benchmarks/results/zoo_cpu.md from them)
-    pytest benchmarks/test_bench_zoo.py --benchmark-only --benchmark-json zoo.json
-    python benchmarks/report.py --merge zoo.json   (the zoo alone, merged into bench.json)
+                  benchmarks/results/zoo/zoo_cpu.md from them)
+    pytest benchmarks/suites/test_bench_zoo.py --benchmark-only --benchmark-json zoo.json
+    python -m benchmarks.suites.report --merge zoo.json   (the zoo alone, merged into bench.json)
 """
 
 import jax
 import numpy as np
 import pytest
 
-import workloads as W
-import zoo
-import zoo_programs
+from benchmarks import workloads as W
+from benchmarks.zoo import critics as zoo
+from benchmarks.zoo import programs as zoo_programs
 
 # Rounds: the machine is shared, so more than the other suites' (a round of six steps takes about
 # 1-3 s here; compiling the six programs takes longer than timing them).

@@ -1,7 +1,7 @@
 """Collectives in the trainer's compiled steps: count, kind and bytes, per mesh and TPU topology.
 
-    JAX_PLATFORMS=cpu python benchmarks/collectives.py            # CPU meshes + TPU topologies
-    -> benchmarks/results/collectives.md (+ .json)
+    JAX_PLATFORMS=cpu python -m benchmarks.tpu.collectives     # CPU meshes + TPU topologies
+    -> benchmarks/results/tpu/collectives.md (+ .json)
 
 Each figure is read from a compiled program (``compiled.as_text()``), for one critic step
 (``Trainer.critic_step``) and one generator iteration (``Trainer.run`` of one iteration, which
@@ -12,7 +12,6 @@ from this host with libtpu's compile-only client (``get_topology_desc``), for 4,
 import collections
 import json
 import os
-import pathlib
 import re
 import sys
 
@@ -26,7 +25,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tables import markdown_table, table_row
+import benchmarks
+from benchmarks.tables import markdown_table, table_row
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # "name = shape kind(" where shape is an array shape or a parenthesised tuple of them.
@@ -56,22 +56,28 @@ def _shape_bytes(shape: str) -> int:
     return total
 
 
-def count_collectives(hlo_text: str) -> dict:
+# The functions below read an HLO module's text as ``Compiled.as_text()`` gives it (typed
+# ``str | None``; None holds no collective).
+
+
+def count_collectives(hlo_text: str | None) -> dict:
     """{kind: {"count": n, "bytes": b}} of the collective ops in an HLO module's text.
 
     Async pairs (``all-reduce-start`` / ``-done``) count once, by their start.
     """
-    found = collections.defaultdict(lambda: {"count": 0, "bytes": 0})
-    for shape, kind in _OP.findall(hlo_text):
+    found: collections.defaultdict[str, dict[str, int]] = collections.defaultdict(
+        lambda: {"count": 0, "bytes": 0}
+    )
+    for shape, kind in _OP.findall(hlo_text or ""):
         found[kind]["count"] += 1
         found[kind]["bytes"] += _shape_bytes(shape)
     return dict(found)
 
 
-def operand_shapes(hlo_text: str) -> list:
+def operand_shapes(hlo_text: str | None) -> list:
     """Shapes (``"f32[33537]"``, ``"f32[]"``, ...) of every array the collective ops of an HLO
     module's text move, a tuple's each."""
-    return [m.group(0) for shape, _ in _OP.findall(hlo_text) for m in _ARRAY.finditer(shape)]
+    return [m.group(0) for shape, _ in _OP.findall(hlo_text or "") for m in _ARRAY.finditer(shape)]
 
 
 # "name = shape kind(operands)": the operand list is what an op moves, also for the async
@@ -79,21 +85,21 @@ def operand_shapes(hlo_text: str) -> list:
 _OP_OPERANDS = re.compile(r"= ([^\n]*?) (" + "|".join(COLLECTIVES) + r")(?:-start)?\(([^)]*)\)")
 
 
-def collective_ops(hlo_text: str) -> list[tuple[str, str, int]]:
+def collective_ops(hlo_text: str | None) -> list[tuple[str, str, int]]:
     """(kind, result shape, arrays moved) of each collective op of an HLO module's text. XLA's
     combiner packs several arrays into one op, so compare arrays moved, not op counts."""
     return [
         (match.group(2), match.group(1), len(match.group(3).split(",")))
-        for match in _OP_OPERANDS.finditer(hlo_text)
+        for match in _OP_OPERANDS.finditer(hlo_text or "")
     ]
 
 
-def arrays_moved(hlo_text: str, kind: str) -> int:
+def arrays_moved(hlo_text: str | None, kind: str) -> int:
     """Arrays moved by the ``kind`` ops (all-reduce, all-gather, ...) of an HLO module's text."""
     return sum(moved for op, _, moved in collective_ops(hlo_text) if op == kind)
 
 
-def count_operands(hlo_text: str) -> int:
+def count_operands(hlo_text: str | None) -> int:
     """Arrays moved by all the collective ops of an HLO module's text (a tuple counts each)."""
     return len(operand_shapes(hlo_text))
 
@@ -165,8 +171,8 @@ def main() -> int:
         "# Collectives per compiled training step",
         "",
         (
-            "Read from compiled programs (`python benchmarks/collectives.py`): one critic step, "
-            "and one"
+            "Read from compiled programs (`python -m benchmarks.tpu.collectives`): one critic "
+            "step, and one"
         ),
         (
             "generator iteration (`n_critic` critic steps in a scan, whose body is counted once, "
@@ -214,7 +220,7 @@ def main() -> int:
                     )
                 )
             print(lines[-1], flush=True)
-    out = pathlib.Path(__file__).resolve().parent / "results"
+    out = benchmarks.RESULTS / "tpu"
     out.mkdir(parents=True, exist_ok=True)
     (out / "collectives.md").write_text("\n".join(lines) + "\n")
     (out / "collectives.json").write_text(json.dumps(results, indent=1))

@@ -1,17 +1,16 @@
 """Compile whole critic steps for TPU ahead of time and record the compiled programs' figures.
 
-    JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 python benchmarks/tpu_compile.py [--quick]
+    JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 python -m benchmarks.tpu.compile [--quick]
 
 For v5e, v6e and TPU7x (one chip each), compiles one critic step (critic loss + penalty,
 value_and_grad wrt params, Adam) of each critic in ``workloads.TPU_CRITICS`` with the naive
 penalty, with fastgp's default (``backend="auto"``: XLA on TPU) and with the Pallas kernel
 forced (``backend="pallas"``), and writes flops, bytes accessed, copy ops and memory
-(``fastgp._compiled``) to ``benchmarks/results/tpu_compile.md`` (+ ``.json``). These are the
+(``fastgp._compiled``) to ``benchmarks/results/tpu/tpu_compile.md`` (+ ``.json``). These are the
 compiler's figures for the program, not hardware times. ``--quick``: v5e and the first critic.
 """
 
 import os
-import pathlib
 import sys
 import time
 
@@ -22,12 +21,12 @@ import json
 
 import jax
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import workloads as W
+import benchmarks
+from benchmarks import workloads as W
+from benchmarks.tables import markdown_table
 from fastgp import _compiled as cf
-from tables import markdown_table
 
-OUT = pathlib.Path(__file__).parent / "results" / "tpu_compile.md"
+OUT = benchmarks.RESULTS / "tpu" / "tpu_compile.md"
 GENERATIONS = ("v5e", "v6e", "7x")
 
 

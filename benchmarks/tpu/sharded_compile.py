@@ -2,7 +2,7 @@
 the single-chip program of its share of the batch.
 
     JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 \
-        python benchmarks/tpu_sharded_compile.py [--quick]
+        python -m benchmarks.tpu.sharded_compile [--quick]
 
 One bf16 WGAN-GP critic step (critic loss + penalty at interpolates, value_and_grad wrt params,
 Adam) of an NHWC conv critic (``workloads.meanpool_critic``: 3x3 stride-1 convs, 2x2 mean-pool)
@@ -13,12 +13,11 @@ user's code. Meshes: 4 chips with the batch over ``data`` (v5e, v6e, TPU7x) and 
 default (XLA on TPU) and ``backend="pallas"``. Each chip's flops and bytes (XLA's cost analysis of
 the partitioned program) are divided by those of the same variant compiled for one chip at the
 per-chip batch (64, or 32 on the 8-chip mesh); collectives are counted in arrays carried
-(``tpu_sharded_compile.collectives``). Writes ``benchmarks/results/tpu_sharded_compile.md``
+(``tpu.sharded_compile.collectives``). Writes ``benchmarks/results/tpu/tpu_sharded_compile.md``
 (+ ``.json``). ``--quick``: v5e only.
 """
 
 import os
-import pathlib
 import sys
 import time
 
@@ -33,13 +32,13 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import workloads as W
-from collectives import arrays_moved, collective_ops
+import benchmarks
+from benchmarks import workloads as W
+from benchmarks.tables import markdown_table
+from benchmarks.tpu.collectives import arrays_moved, collective_ops
 from fastgp import _compiled as cf
-from tables import markdown_table
 
-OUT = pathlib.Path(__file__).parent / "results" / "tpu_sharded_compile.md"
+OUT = benchmarks.RESULTS / "tpu" / "tpu_sharded_compile.md"
 GLOBAL_BATCH = 256
 CRITIC = W.CriticSpec(
     "meanpool32-bf16", W.meanpool_critic(32, 32), GLOBAL_BATCH, (32, 32, 3), jnp.bfloat16

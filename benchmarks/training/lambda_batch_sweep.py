@@ -1,7 +1,7 @@
 """The penalty weight against the global batch: quality, penalty and norms on a lambda x batch grid.
 
-    JAX_PLATFORMS=cpu python benchmarks/lambda_batch_sweep.py [--steps 1500] [--devices 8]
-    -> benchmarks/results/lambda_batch.{md,json,png}
+    JAX_PLATFORMS=cpu python -m benchmarks.training.lambda_batch_sweep [--steps 1500] [--devices 8]
+    -> benchmarks/results/training/lambda_batch.{md,json,png}
 
 Each cell trains the 8-Gaussians toy recipe (``fastgp.train.recipes.TOY``: 3x128 MLPs, 5 critic
 steps, the penalty on every one) on 25 Gaussians by default with the sharded trainer on
@@ -23,7 +23,6 @@ import argparse
 import json
 import math
 import os
-import pathlib
 import sys
 import time
 
@@ -36,14 +35,15 @@ else:
 import jax
 import numpy as np
 
+import benchmarks
+from benchmarks.tables import markdown_table
 from fastgp.train.data import sample_toy, toy_modes
 from fastgp.train.evaluation import mode_quality
 from fastgp.train.recipes import TOY, toy_networks
 from fastgp.train.state import TrainConfig
 from fastgp.train.trainer import Trainer, make_mesh
-from tables import markdown_table
 
-RESULTS = pathlib.Path(__file__).parent / "results"
+RESULTS = benchmarks.RESULTS / "training"
 REDUCTIONS = ("mean", "sum")
 
 
@@ -115,7 +115,7 @@ def write_table(cells, args, path):
             f"{args.devices} simulated devices, seed {args.seed})"
         ),
         "",
-        "`python benchmarks/lambda_batch_sweep.py " + " ".join(sys.argv[1:]) + "`. "
+        "`python -m benchmarks.training.lambda_batch_sweep " + " ".join(sys.argv[1:]) + "`. "
         "Quality on 2500 samples; penalty and norms averaged over the critic's last tenth of "
         "steps. `sum` runs as the mean with weight lambda x B (identical value and gradients).",
         "",
@@ -241,7 +241,9 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=1500, help="generator iterations per cell")
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--name", default="lambda_batch", help="results/<name>.{md,json,png}")
+    parser.add_argument(
+        "--name", default="lambda_batch", help="results/training/<name>.{md,json,png}"
+    )
     args = parser.parse_args(argv)
     if len(jax.devices()) < args.devices:
         parser.error(f"--devices {args.devices}: only {len(jax.devices())} devices are visible")
@@ -250,7 +252,7 @@ def main(argv=None) -> int:
     bad = [b for b in args.batches if b % args.devices]
     if bad:
         parser.error(f"--batches {bad} are not divisible by --devices {args.devices}")
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     cells = []
     for reduction in args.reductions:
         for weight in args.weights:

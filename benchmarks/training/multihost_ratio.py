@@ -1,7 +1,7 @@
 """Multi-process cost on one machine: 2 processes x 2 devices against 1 process x 4 devices.
 
-    JAX_PLATFORMS=cpu python benchmarks/multihost_ratio.py [--steps 300] [--repeats 2]
-    -> benchmarks/results/multihost.md
+    JAX_PLATFORMS=cpu python -m benchmarks.training.multihost_ratio [--steps 300] [--repeats 2]
+    -> benchmarks/results/training/multihost.md
 
 Both run the same toy WGAN-GP (``fastgp train``, 8 Gaussians, the given steps) on 4 devices in
 all; the figure is ``train_s`` from each run's summary.json (training only, compilation
@@ -16,7 +16,8 @@ import subprocess
 import sys
 import tempfile
 
-from tables import markdown_table
+import benchmarks
+from benchmarks.tables import markdown_table
 
 LAYOUTS = {
     "1 process x 4 devices": ["--devices", "4"],
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
         "# Multi-process cost on one machine",
         "",
         (
-            f"`python benchmarks/multihost_ratio.py --steps {args.steps} --repeats "
+            f"`python -m benchmarks.training.multihost_ratio --steps {args.steps} --repeats "
             f"{args.repeats}`: `fastgp train` on 8 Gaussians, {args.steps} generator steps, "
             "train_s from summary.json (best of the interleaved repeats)."
         ),
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
         [[name, ", ".join(f"{t:.1f}" for t in ts), f"{min(ts):.1f}"] for name, ts in times.items()],
     )
     lines += ["", f"Ratio 2x2 / 1x4: **{two / one:.2f}x**."]
-    out = pathlib.Path(__file__).resolve().parent / "results"
+    out = benchmarks.RESULTS / "training"
     out.mkdir(parents=True, exist_ok=True)
     (out / "multihost.md").write_text("\n".join(lines) + "\n")
     print(lines[-1])

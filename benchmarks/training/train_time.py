@@ -1,7 +1,7 @@
 """`make train`'s job and the 25-Gaussian run: the previous CPU path against the current choice.
 
-    JAX_PLATFORMS=cpu python benchmarks/train_time.py [--repeats 2] [--datasets 8gaussians ...]
-    -> benchmarks/results/train_time.md and train_time.json
+    JAX_PLATFORMS=cpu python -m benchmarks.training.train_time [--repeats 2] [--datasets ...]
+    -> benchmarks/results/training/train_time.md and train_time.json
 
 Each run is the full default recipe as ``make train`` runs it (``fastgp train --dataset D
 --no-progress`` in a fresh --out), once with ``--fused off`` (every CPU run's path before: one
@@ -35,11 +35,12 @@ import sys
 import tempfile
 import time
 
-from tables import markdown_table
+import benchmarks
+from benchmarks.tables import markdown_table
 
 MODES = {"off": "unfused (previous CPU path)", "auto": "auto (new default)"}
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = benchmarks.RESULTS / "training"
 BUDGET_S = 120.0
 MIN_HIGH_QUALITY = 90.0
 
@@ -306,7 +307,7 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    command = "python benchmarks/train_time.py" + (
+    command = "python -m benchmarks.training.train_time" + (
         f" --repeats {args.repeats}" if args.repeats != 2 else ""
     )
     if args.rounds != 20:

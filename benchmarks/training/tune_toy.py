@@ -1,7 +1,7 @@
 """Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.train.trainer.Trainer`` on one
 device.
 
-    JAX_PLATFORMS=cpu python benchmarks/tune_toy.py --dataset 25gaussians --seed 0
+    JAX_PLATFORMS=cpu python -m benchmarks.training.tune_toy --dataset 25gaussians --seed 0
 
 Every ``--eval-every`` generator steps are one ``Trainer.run`` call; between calls the
 script prints modes captured, % high-quality samples (``--eval-samples`` samples) and wall time

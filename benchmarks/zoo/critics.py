@@ -13,7 +13,7 @@ Every critic is ``Model(init, apply)``: float32 parameter pytrees; ``apply(param
 casts parameters and input to ``dtype``, computes in it and returns (B,) float32 scores. Images
 are NHWC with HWIO kernels. Nothing mixes samples (no batch norm, no minibatch statistics;
 LayerNorm normalises each position of each sample over its channels, as Flax's does), which the
-per-sample gradient penalty needs; tests/test_zoo.py checks it.
+per-sample gradient penalty needs; tests/benchmarks/test_zoo.py checks it.
 """
 
 import itertools
@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-import workloads as W
+from benchmarks import workloads as W
 from fastgp.train.models import Model, mlp
 
 _DN = ("NHWC", "HWIO", "NHWC")
@@ -309,7 +309,7 @@ SUMMARY = {
 # up to ~10x the plain one) take a few seconds and the zoo benchmark's rounds fit in minutes next
 # to its compiles. Work per sample sets them: a plain step is ~3 GFLOP per sample for resnet32
 # and ~5 for stylegan2-64 (batch 2), ~0.7 for vit32 (8), ~0.15 for dcgan32 and lnconv32 (16),
-# ~0.02 for the MLP (256). benchmarks/results/zoo_cpu.md has the measured times.
+# ~0.02 for the MLP (256). benchmarks/results/zoo/zoo_cpu.md has the measured times.
 CPU_BATCH = {
     "resnet32": 2,
     "dcgan32": 16,

@@ -1,12 +1,12 @@
 """What the zoo's critic steps compile to on CPU: convolutions by kind, dots, transposes, copies,
 XLA's flops and bytes, for each variant of the penalty.
 
-    python benchmarks/zoo_programs.py [critic ...]   -> the tables of zoo_cpu.md's programs
+    python -m benchmarks.zoo.programs [critic ...]   -> the tables of zoo_cpu.md's programs
 
 ``figures(compiled, batch)`` reads one compiled program (``jax.jit(step).lower(...).compile()``);
-``benchmarks/test_bench_zoo.py`` records it for every program it times, and ``zoo_report.py``
-renders both in ``benchmarks/results/zoo_cpu.md``. Run as a script, it compiles (no timing) and
-prints the same tables.
+``benchmarks/suites/test_bench_zoo.py`` records it for every program it times, and
+``benchmarks/zoo/report.py`` renders both in ``benchmarks/results/zoo/zoo_cpu.md``. Run as a
+script, it compiles (no timing) and prints the same tables.
 
 Counted over every computation of the optimised HLO, fused ones included (XLA:CPU keeps each
 convolution and dot as an op of its own, some inside a fusion with their elementwise epilogue):
@@ -39,14 +39,14 @@ convolution and dot as an op of its own, some inside a fusion with their element
 """
 
 import math
-import pathlib
 import re
 import sys
 import time
 
 import jax
 
-HERE = pathlib.Path(__file__).parent
+from benchmarks import workloads as W
+
 VARIANTS = ("plain", "naive", "fastgp", "fastgp-reverse", "fastgp-remat", "fastgp-dots")
 
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) \((.*)\) -> .*\{\s*$")
@@ -127,7 +127,7 @@ def _conv(rest: str, shape: str, shapes: dict, batch: int) -> dict:
         "rhs_reversal": "rhs_reversal" in win,
         "rhs_dilate": "rhs_dilate" in win,
         "feature_groups": feature_groups > 1,
-        "batch_groups": bool(bgroups) and int(bgroups.group(1)) > 1,
+        "batch_groups": bgroups is not None and int(bgroups.group(1)) > 1,
         "flop": 2 * math.prod(out) * window_elems * lhs_f / feature_groups,
     }
 
@@ -185,19 +185,16 @@ def figures(compiled, batch: int) -> dict:
 
 
 def compile_step(spec, variant):
-    import workloads as W
-
     return jax.jit(W.critic_step(spec, variant)).lower(*W.inputs(spec)).compile()
 
 
 def main(argv=None):
     """Compile each named zoo critic's steps (all of ``ZOO_CPU`` by default), print the tables."""
-    sys.path.insert(0, str(HERE))
-    import zoo
-    import zoo_report
+    from benchmarks.zoo import critics as zoo
+    from benchmarks.zoo import report as zoo_report
 
     argv = sys.argv[1:] if argv is None else argv
-    programs = {}
+    programs: dict[str, dict] = {}
     for name in argv or list(zoo.ZOO_CPU):
         spec = zoo.ZOO_CPU[name]
         programs[name] = {}

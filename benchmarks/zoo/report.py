@@ -1,16 +1,15 @@
-"""The critic zoo's CPU report: benchmarks/results/zoo_cpu.md from bench.json's ``zoo:*`` groups.
+"""The critic zoo's CPU report: benchmarks/results/zoo/zoo_cpu.md from bench.json's ``zoo:*``
+groups.
 
-    python benchmarks/report.py    (writes zoo_cpu.md beside bench.md when bench.json has the zoo)
+    python -m benchmarks.suites.report   (writes zoo_cpu.md when bench.json has the zoo)
 
-Step times of every path (``test_bench_zoo.py`` times them interleaved), their ratios to naive's
-and plain's, the fastest penalised path and how clearly it won, and the compiled programs'
-figures (``zoo_programs.figures``) with what differs between fastgp's program and naive's.
+Step times of every path (``suites/test_bench_zoo.py`` times them interleaved), their ratios to
+naive's and plain's, the fastest penalised path and how clearly it won, and the compiled programs'
+figures (``zoo.programs.figures``) with what differs between fastgp's program and naive's.
 """
 
-import sys
-
-from report import HERE, kind_of, load
-from tables import markdown_table
+from benchmarks.suites.report import kind_of, load
+from benchmarks.tables import markdown_table
 
 __all__ = ["load", "render_zoo", "render_zoo_programs", "same_work", "zoo_benches", "zoo_run"]
 
@@ -116,24 +115,22 @@ def render_zoo_steps(benches):
         "fastgp-reverse / naive (the spread: the same work)",
         "load at start / end",
     ]
-    times, vs_naive, vs_plain = (markdown_table(head, t) for t in (times, vs_naive, vs_plain))
-    fastest = markdown_table(fastest_head, fastest)
     return [
         "Median milliseconds per critic step:",
         "",
-        *times,
+        *markdown_table(head, times),
         "",
         "Each path's median / naive's:",
         "",
-        *vs_naive,
+        *markdown_table(head, vs_naive),
         "",
         "Each path's median / plain's (the step without a penalty):",
         "",
-        *vs_plain,
+        *markdown_table(head, vs_plain),
         "",
         "Fastest penalised path:",
         "",
-        *fastest,
+        *markdown_table(fastest_head, fastest),
         "",
     ]
 
@@ -209,7 +206,7 @@ def render_zoo_reasons(benches):
     return [
         *markdown_table(head, rows),
         "",
-        f"The mechanism behind each difference: [performance.md](../../{ZOO_WHY}).",
+        f"The mechanism behind each difference: [performance.md](../../../{ZOO_WHY}).",
         "",
     ]
 
@@ -235,9 +232,10 @@ def render_zoo(data, groups, summaries=None):
             f"Run {run.get('datetime', '?')}; {cpu.get('brand_raw', '?')}, "
             f"{cpu.get('count', '?')} logical CPUs, Python {m.get('python_version', '?')}. "
             "One critic step (critic loss + penalty, value_and_grad wrt params, Adam) of each "
-            "critic in `benchmarks/zoo.py` (`ZOO_CPU`, float32), every path compiled once and "
-            "timed interleaved round by round (`benchmarks/test_bench_zoo.py`); medians of warm "
-            "calls; ratios are ratios of medians within this run. Paths: `plain` (no penalty), "
+            "critic in `benchmarks/zoo/critics.py` (`ZOO_CPU`, float32), every path compiled once "
+            "and timed interleaved round by round (`benchmarks/suites/test_bench_zoo.py`); "
+            "medians of warm calls; ratios are ratios of medians within this run. Paths: "
+            "`plain` (no penalty), "
             "`naive` (nested jax.grad), `fastgp` (default: reverse-over-forward), "
             '`fastgp-reverse` (second_order="reverse"), `fastgp-remat` (remat="nothing"), '
             '`fastgp-dots` (remat="dots"); before timing, each penalised path\'s loss and '
@@ -258,7 +256,7 @@ def render_zoo(data, groups, summaries=None):
         "## The compiled programs",
         "",
         (
-            "Counted in each path's optimised HLO (`benchmarks/zoo_programs.py`: convolutions "
+            "Counted in each path's optimised HLO (`benchmarks/zoo/programs.py`: convolutions "
             "producing activations / weight gradients; loop-emitted: convolutions XLA:CPU cannot "
             "give to Eigen, which it runs as scalar loops; conv GFLOP counts every window "
             "position, dilation holes included; XLA GFLOP and MiB from XLA's cost analysis)."
@@ -276,10 +274,9 @@ def render_zoo(data, groups, summaries=None):
 
 
 def zoo_summaries():
-    """zoo.SUMMARY (one line per critic), or {} where the zoo cannot be imported."""
-    sys.path.insert(0, str(HERE))
+    """critics.SUMMARY (one line per critic), or {} where the zoo cannot be imported."""
     try:
-        import zoo
+        from benchmarks.zoo import critics
     except ImportError:
         return {}
-    return zoo.SUMMARY
+    return critics.SUMMARY

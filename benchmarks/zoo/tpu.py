@@ -1,13 +1,13 @@
 """The critic zoo's whole critic steps compiled for TPU chips, and the largest batch that fits.
 
-    python benchmarks/zoo_tpu.py programs [--generations v5e,v6e] [--critics ...] [--variants ...]
-    python benchmarks/zoo_tpu.py capacity [--generation v5e] [--critics ...] [--variants ...]
+    python -m benchmarks.zoo.tpu programs [--generations v5e,v6e] [--critics ...] [--variants ...]
+    python -m benchmarks.zoo.tpu capacity [--generation v5e] [--critics ...] [--variants ...]
                                           [--cached]
 
-``programs``: for each generation and ``zoo.ZOO_TPU`` critic (bfloat16, per-chip batch), one critic
-step (critic loss + penalty, value_and_grad wrt params, Adam) per variant of ``workloads``,
+``programs``: for each generation and ``critics.ZOO_TPU`` critic (bfloat16, per-chip batch), one
+critic step (critic loss + penalty, value_and_grad wrt params, Adam) per variant of ``workloads``,
 compiled for one chip from this host (``fastgp._compiled``); flops, bytes, copies, temp and peak
-memory and the roofline bound go to ``results/zoo_tpu.{json,md}``.
+memory and the roofline bound go to ``results/zoo/zoo_tpu.{json,md}``.
 
 ``capacity``: the largest per-chip batch whose critic step compiles within the chip's HBM, per
 critic and variant. The compiler is the judge: a batch fits when its step compiles and does not
@@ -16,7 +16,7 @@ memory as a + b * batch to predict the limit; probes around the prediction, wide
 fits and one does not, then bisection, pin it to within ``--resolution`` (5 % by default). A batch
 that fits takes minutes to compile and one that does not fails in seconds, so the bisection
 probes above the middle.
-Results go to ``results/zoo_capacity.{json,md}``.
+Results go to ``results/zoo/zoo_capacity.{json,md}``.
 
 Both keep every compiled figure in their JSON as they go and reuse each other's on the next run
 (delete the files to measure again): compiles take a minute or more each on a 2-core host.
@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import pathlib
-import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -34,13 +33,13 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 import jax
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import workloads as W
-import zoo
+import benchmarks
+from benchmarks import workloads as W
+from benchmarks.tables import markdown_table
+from benchmarks.zoo import critics as zoo
 from fastgp import _compiled as cf
-from tables import markdown_table
 
-RESULTS = pathlib.Path(__file__).parent / "results"
+RESULTS = benchmarks.RESULTS / "zoo"
 PROGRAMS = RESULTS / "zoo_tpu.json"  # the compiles of ``programs``
 SEARCHES = RESULTS / "zoo_capacity_compiles.json"  # those of ``capacity``
 PROGRAM_VARIANTS = (
@@ -127,12 +126,12 @@ def render_programs(records):
         "# The critic zoo compiled for TPU (AOT from a CPU host via libtpu)",
         "",
         "One whole critic step per critic and variant (critic loss + penalty, value_and_grad",
-        "wrt params, Adam) at the zoo's per-chip batch in bfloat16 (`benchmarks/zoo.py`),",
+        "wrt params, Adam) at the zoo's per-chip batch in bfloat16 (`benchmarks/zoo/critics.py`),",
         "compiled for one chip. `flops`, `bytes`: XLA's cost analysis; `copy`: copy ops outside",
         "fusions; `temp`, `peak`: the memory analysis (temporaries; the most HBM live at once).",
         "`roofline`: max(flops / bf16 peak, bytes / HBM bandwidth) from the chip's published",
         "figures, a lower bound, not a time. Ratios are to the naive step of the same generation",
-        "and critic. Regenerate with `make tpu-compile` (`benchmarks/zoo_tpu.py programs`).",
+        "and critic. Regenerate with `make tpu-compile` (`python -m benchmarks.zoo.tpu programs`).",
         "",
     ]
     rows = []
@@ -181,7 +180,7 @@ def render_programs(records):
 def at_zoo_batch(records):
     """The records of the zoo's own batches, in generation, critic and variant order."""
     order = {name: i for i, name in enumerate((*cf.TOPOLOGIES, *zoo.ZOO_TPU, *PROGRAM_VARIANTS))}
-    keyed = {}
+    keyed: dict[tuple, dict] = {}
     for r in records:
         key = (r["generation"], r["critic"], r["variant"])
         if r["fits"] and r["batch"] == zoo.ZOO_TPU[r["critic"]].batch:
@@ -290,8 +289,8 @@ def render_capacity(rows, generation, resolution):
     lines = [
         f"# The largest per-chip batch whose critic step fits a {generation} chip ({hbm:.0f} GiB)",
         "",
-        "A batch fits when its whole critic step (bfloat16, `benchmarks/zoo.py`) compiles for",
-        "one chip; it does not when the compiler fails with RESOURCE_EXHAUSTED. `fits` is the",
+        "A batch fits when its whole critic step (bfloat16, `benchmarks/zoo/critics.py`) compiles",
+        "for one chip; it does not when the compiler fails with RESOURCE_EXHAUSTED. `fits` is the",
         "largest batch that compiled, `fails` the smallest that did not (the search stops within",
         f"{resolution:.0%}). `/ naive`: the fitting batch relative to the naive penalty's. `peak`:",
         "at the zoo batch, the memory analysis' most HBM live at once. `smaller that failed`:",

@@ -1,5 +1,5 @@
-"""The benchmark critic zoo (benchmarks/zoo.py): fastgp's penalty equals the naive one on every
-architecture, with every second-order and remat option, and every critic is per-sample.
+"""The benchmark critic zoo (benchmarks/zoo/critics.py): fastgp's penalty equals the naive one on
+every architecture, with every second-order and remat option, and every critic is per-sample.
 
 The penalty checks run each architecture at a reduced size: the same constructor with fewer
 channels, smaller images and, for the ViT, LayerNorm-conv and StyleGAN2 critics, fewer blocks
@@ -11,8 +11,6 @@ critic. The shape and dtype checks trace the zoo's own configurations (CPU and T
 """
 
 import os
-import pathlib
-import sys
 from typing import Any
 
 import jax
@@ -21,13 +19,11 @@ import numpy as np
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
+from benchmarks import workloads as W
+from benchmarks.zoo import critics as zoo
 from fastgp._penalty.reference import naive_gradient_penalty
 from fastgp.testing import assert_penalty_matches_naive
 from fastgp.train.models import mlp
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import workloads as W
-import zoo
 
 # name: (model, per-sample shape): the zoo's architectures, reduced.
 SMALL = {
@@ -144,7 +140,7 @@ def test_r1_critic_loss_penalises_the_reals(fast_compiles):
 def test_program_counts_classify_convolutions():
     """zoo_programs.hlo_counts on a stride-2 conv's value and gradients: the forward conv, the
     input-gradient (lhs-dilated) and the weight gradient (rhs-dilated, contracting the batch)."""
-    import zoo_programs
+    from benchmarks.zoo import programs as zoo_programs
 
     batch, side, c_in, c_out = 2, 8, 3, 4
     w = jnp.ones((4, 4, c_in, c_out))

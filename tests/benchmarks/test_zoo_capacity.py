@@ -1,15 +1,11 @@
-"""benchmarks/zoo_tpu.py's capacity search: the largest fitting batch, pinned to its resolution.
+"""benchmarks/zoo/tpu.py's capacity search: the largest fitting batch, pinned to its resolution.
 
 The compiler is replaced by a model chip (a batch fits when its peak memory is within HBM), so
 the search itself is checked: wherever the limit lies, whatever the prediction's error."""
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import zoo_tpu
+from benchmarks.zoo import tpu as zoo_tpu
 from fastgp import _compiled as compiled
 
 HBM = compiled.CHIPS["v5e"].hbm_bytes

@@ -1,22 +1,18 @@
 """The figures README.md and docs/*.md quote from benchmarks/results/ equal those files.
 
 Each quoted block sits between ``<!-- results:NAME -->`` marks and is rendered from the results
-files by ``benchmarks/published.py`` (``python benchmarks/published.py --write`` rewrites them);
+files by ``benchmarks/published.py`` (``python -m benchmarks.published --write`` rewrites them);
 here every marked block must equal a fresh rendering, so a results file re-measured without the
 pages (or a page edited by hand) fails. The digits calibration table has its own marks and test
-(tests/test_digit_quality.py).
+(tests/train/test_digit_quality.py).
 """
 
 import json
-import pathlib
 import shutil
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import published  # noqa: E402
+from benchmarks import published
 
 # The headline figures each page must quote from the results (not only may).
 REQUIRED = {
@@ -57,19 +53,20 @@ def test_quoted_figures_equal_the_results_files(page, results):
     for name, text in published.quoted(page):
         assert text == published.render(name, results), (
             f"{page.name}: the figures of block {name!r} differ from "
-            f"{', '.join(published.SOURCES[name])}; run `python benchmarks/published.py --write`"
+            f"{', '.join(published.SOURCES[name])}; run `python -m benchmarks.published --write`"
         )
 
 
 def test_a_changed_results_file_changes_the_quoted_figures(tmp_path):
     """The blocks are read from the files, not stored: a re-measured run shows on the page."""
-    for source in ("train_time.json", "trainer_runs.json"):
+    for source in ("training/train_time.json", "training/trainer_runs.json"):
+        (tmp_path / source).parent.mkdir(exist_ok=True)
         shutil.copy(published.RESULTS / source, tmp_path / source)
     before = published.render("trainer-runs", published.Results(tmp_path))
-    times = json.loads((tmp_path / "train_time.json").read_text())
+    times = json.loads((tmp_path / "training/train_time.json").read_text())
     for run in times["runs"]:
         run["train_s"] += 100.0
-    (tmp_path / "train_time.json").write_text(json.dumps(times))
+    (tmp_path / "training/train_time.json").write_text(json.dumps(times))
     after = published.render("trainer-runs", published.Results(tmp_path))
     assert before != after
     assert dict(published.quoted(PAGES["README.md"]))["trainer-runs"] == before

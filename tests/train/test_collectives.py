@@ -1,18 +1,14 @@
 """The trainer's compiled steps issue as few collectives as the maths needs (counted in HLO)."""
 
 import functools
-import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
 import pytest
 
+from benchmarks.tpu.collectives import count_collectives, operand_shapes
 from fastgp.train.recipes import build_problem, default_config
 from fastgp.train.trainer import Trainer, make_mesh
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-from collectives import count_collectives, operand_shapes
 
 
 @functools.cache
