@@ -112,15 +112,20 @@ def test_the_kernels_with_the_tokens_split(case):
     assert_same_derivatives(ours, naive(mask, causal), args, tangents)
 
 
+EXPLICIT = {"batch x tokens": P("data", "seq"), "batch x heads": P("data", None, "seq")}
+
+
+@pytest.mark.parametrize("split", sorted(EXPLICIT))
 @pytest.mark.parametrize("backend", ["xla", "interpret"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_explicit_axes_with_the_tokens_sharded(causal, backend):
-    """jax.jit under explicit axes, batch over "data" and tokens over "seq": the arrays' types
-    say the tokens are split; no axis name is passed."""
-    args, mask, tangents = inputs(2, 32, 32, 2, 16, padding=True)
+def test_explicit_axes(causal, backend, split):
+    """jax.jit under explicit axes, the batch over "data" and the tokens (or the heads) over
+    "seq": the arrays' types say how they are split; no axis name is passed. The kernels run per
+    device in a shard_map fastgp builds."""
+    args, mask, tangents = inputs(2, 32, 32, 4, 16, padding=True)
     mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Explicit,) * 2)
-    spec = P("data", "seq")
-    mask_in = jax.device_put(mask, NamedSharding(mesh, spec))
+    spec = EXPLICIT[split]
+    mask_in = jax.device_put(mask, NamedSharding(mesh, P(*spec[:2])))
     ours = lambda q, k, v: fastgp.attention(
         q, k, v, mask=mask_in, is_causal=causal, backend=backend
     )
