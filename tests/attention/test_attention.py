@@ -4,7 +4,9 @@ Oracle: ``fastgp.naive_attention`` (every T_q x T_k array materialised, differen
 Every rule is exercised: the value, the VJP (first-order reverse), the JVP, both Hessian-vector
 products (forward-over-reverse, reverse-over-reverse: the VJP of the VJP), reverse-over-forward
 (the VJP of the JVP, the penalty's default), and a third derivative; over ragged T, T_q != T_k,
-one and several heads, head dims 32/64/128, causal and key-padding masks, and vmap.
+one and several heads, head dims 32/64/128, causal and key-padding masks, several query and key
+blocks of the XLA loop, bf16 and vmap. The derivative set on every backend of the op is
+tests/attention/test_attention_backends.py.
 
 The derivative sets are compiled as one program each (``jax.jit``), as a training step takes
 them; the bf16, vmap and transpose tests run eagerly, through each primitive's own dispatch.
@@ -52,7 +54,7 @@ def inputs(b, tq, tk, h, d, dtype=jnp.float32, seed=0, padding=False):
 
 def pair(mask, causal, backend):
     ours = lambda q, k, v: fastgp.attention(q, k, v, mask=mask, is_causal=causal, backend=backend)
-    naive = lambda q, k, v: fastgp.naive_attention(q, k, v, key_mask=mask, is_causal=causal)
+    naive = lambda q, k, v: fastgp.naive_attention(q, k, v, mask=mask, is_causal=causal)
     return ours, naive
 
 
@@ -90,19 +92,21 @@ CASES = [
 ]
 
 
-# The kernels (in interpret mode, slow on CPU) on the cases that reach every masking path.
-KERNEL_CASES = [CASES[0], CASES[2]]
+# The cases that reach every masking path, which every backend runs
+# (tests/attention/test_attention_backends.py); the others exercise the XLA loop's blocks.
+BACKEND_CASES = [CASES[0], CASES[2]]
+XLA_CASES = [c for c in CASES if c not in BACKEND_CASES]
 
 
-@pytest.mark.parametrize(
-    "case, backend",
-    [(c, "xla") for c in CASES] + [(c, "interpret") for c in KERNEL_CASES],
-    ids=lambda c: "b{}-tq{}-tk{}-h{}-d{}-c{}-m{}".format(*c) if isinstance(c, tuple) else c,
-)
-def test_every_derivative_matches_nested_autodiff(case, backend):
+def case_id(case):
+    return "b{}-tq{}-tk{}-h{}-d{}-c{}-m{}".format(*case)
+
+
+@pytest.mark.parametrize("case", XLA_CASES, ids=case_id)
+def test_every_derivative_matches_nested_autodiff(case):
     b, tq, tk, h, d, causal, padding = case
     args, mask, tangents = inputs(b, tq, tk, h, d, padding=padding)
-    ours, naive = pair(mask, causal, backend)
+    ours, naive = pair(mask, causal, "xla")
     got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
     for name in want:
         assert rel_err(got[name], want[name]) < RTOL, name
@@ -153,6 +157,76 @@ def test_vmap_matches_the_batch(backend):
     want = jax.vmap(jax.grad(scalar_loss(naive)), in_axes=(0, None, None))
     many_q = jnp.stack([args[0], 2 * args[0]])
     assert rel_err(grad_in_vmap(many_q, *args[1:]), want(many_q, *args[1:])) < RTOL
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def value_and_grads(fn, args):
+    """fn(*args) and the gradient of ``scalar_loss(fn)`` in q, k and v, as one program."""
+    return fn(*args), jax.grad(scalar_loss(fn), argnums=(0, 1, 2))(*args)
+
+
+def test_causal_rows_of_every_query_block_see_their_own_keys():
+    """T_q = T_k = 600 is two blocks of 512 queries in the XLA loop: the causal mask of the second
+    block starts at its own first query, in the value and in the gradients."""
+    args, mask, _ = inputs(1, 600, 600, 1, 16, padding=True)
+    ours, naive = pair(mask, True, "xla")
+    got, want = value_and_grads(ours, args), value_and_grads(naive, args)
+    assert rel_err(got[0], want[0]) < RTOL, "value"
+    assert rel_err(got[1], want[1]) < RTOL, "gradients"
+
+
+BF16_TOL = 1.5e-2  # the rounding of bf16 outputs; a bf16 log-sum-exp moves the gradients 2x more
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bf16_equals_float32_on_the_same_values(backend):
+    """bf16 q, k, v give the float32 result on the same (bf16) values but for the rounding of
+    the outputs: the softmax statistics the backward passes read stay float32. Scores of several
+    units (scale 2) make the log-sum-exp large, where bf16's step is coarse."""
+    args, mask, _ = inputs(2, 40, 48, 2, 16, jnp.bfloat16, padding=True)
+    wide = tuple(x.astype(jnp.float32) for x in args)
+    ct = jax.random.normal(jax.random.PRNGKey(9), args[0].shape, jnp.bfloat16)
+    ours = lambda q, k, v: fastgp.attention(
+        q, k, v, scale=2.0, mask=mask, is_causal=True, backend=backend
+    )
+    naive = lambda q, k, v: fastgp.naive_attention(q, k, v, scale=2.0, mask=mask, is_causal=True)
+
+    def value_and_vjp(fn):
+        def run(q, k, v):
+            out, back = jax.vjp(fn, q, k, v)
+            return out, back(ct.astype(out.dtype))
+
+        return jax.jit(run)
+
+    out, grads = value_and_vjp(ours)(*args)
+    assert out.dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in grads)
+    for reference in (ours, naive):  # fastgp's own float32 path, and the oracle
+        want_out, want_grads = value_and_vjp(reference)(*wide)
+        assert rel_err(out, want_out) < BF16_TOL
+        for name, g, w in zip("qkv", grads, want_grads, strict=True):
+            assert rel_err(g, w) < BF16_TOL, f"gradient in {name}"
+
+
+def test_vmap_of_per_sample_masks_over_a_batch_equals_a_loop():
+    """vmap over E = 2 problems, each a batch of B = 3 with its own key-padding masks: the value
+    and the gradients equal a loop over the mapped axis (each mapped element keeps its own batch
+    elements, masks and outputs)."""
+    e, b, tk = 2, 3, 19
+    args, _, _ = inputs(e * b, 17, tk, 2, 16)
+    args = tuple(x.reshape(e, b, *x.shape[1:]) for x in args)
+    masks = jax.random.uniform(jax.random.PRNGKey(5), (e, b, tk)) > 0.4
+    masks = masks.at[..., 0].set(True)
+
+    def one(q, k, v, m):
+        fn = lambda q, k, v: fastgp.attention(q, k, v, mask=m, is_causal=True, backend="xla")
+        return fn(q, k, v), jax.grad(scalar_loss(fn), argnums=(0, 1, 2))(q, k, v)
+
+    mapped = jax.jit(jax.vmap(one))(*args, masks)
+    single = jax.jit(one)
+    for i in range(e):
+        want = single(*(x[i] for x in args), masks[i])
+        got = jax.tree.map(lambda x, i=i: x[i], mapped)
+        assert rel_err(got, want) < RTOL, f"mapped element {i}"
 
 
 def test_a_query_with_no_key_gets_zeros_and_finite_derivatives():
@@ -207,7 +281,7 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(ValueError, match="dropout"):
         fastgp.attention(q, q, q, dropout_rate=0.1, deterministic=False)
     with pytest.raises(TypeError, match="unexpected keyword"):
-        fastgp.attention(q, q, q, window=4)
+        fastgp.attention(q, q, q, window=4)  # type: ignore[call-arg]
 
 
 def test_blockwise_passes_are_each_others_transposes():

@@ -174,7 +174,7 @@ def test_penalty_through_attention_in_shard_map_equals_one_device(backend):
     """Batch over 4 devices with axis_name: the global-batch penalty and its parameter
     gradients equal the single-device computation. (Pallas's generic interpret mode cannot run
     inside a check_vma shard_map whose kernel operands mix replicated and sharded values, in JAX
-    0.10.2; the kernels' own shard_map runs are in tests/test_attention.py.)"""
+    0.10.2; the kernels' own shard_map runs are in tests/attention/test_attention.py.)"""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 

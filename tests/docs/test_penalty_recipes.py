@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec as P
 
 import fastgp
 
-RECIPES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
+RECIPES = pathlib.Path(__file__).resolve().parents[2] / "docs" / "recipes.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 PRELUDE = """
 import jax, jax.numpy as jnp, numpy as np

@@ -5,9 +5,7 @@ the surrounding XLA program surface as compile errors, per generation.
 """
 
 import functools
-import pathlib
 import re
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +14,6 @@ import pytest
 from fastgp import penalty
 from fastgp.kernels.penalty import lane_blocks, lane_sumsq, row_blocks, row_sumsq
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.aot
 pytest.importorskip("jax.experimental.topologies")
 from fastgp import _compiled as cf  # noqa: E402
@@ -140,7 +137,7 @@ def test_bf16_image_critic_step_reads_g_where_the_convolution_wrote_it(generatio
 
 # --- Sharded whole steps under jax.jit with NamedSharding (explicit mesh, no shard_map) --------
 
-import tpu_sharded_compile as sharded  # noqa: E402 (imported with the section that uses it)
+from benchmarks.tpu import sharded_compile as sharded  # noqa: E402 (with the section using it)
 
 
 @pytest.mark.parametrize("mesh", list(sharded.MESHES))

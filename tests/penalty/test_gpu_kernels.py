@@ -1,4 +1,7 @@
-"""Pallas GPU (Triton) kernel: interpret mode against float64, and lowering for CUDA on CPU."""
+"""Pallas GPU (Triton) kernel: interpret mode against float64, and lowering for CUDA on CPU.
+
+The penalty through it in interpret mode, against the naive penalty, is one backend of
+tests/penalty/test_penalty_backends.py."""
 
 import re
 
@@ -11,7 +14,6 @@ from jax.sharding import PartitionSpec as P
 
 from fastgp import penalty
 from fastgp.kernels.penalty import gpu as penalty_gpu
-from fastgp.testing import assert_penalty_matches_naive
 
 TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
 
@@ -29,13 +31,6 @@ def test_gpu_kernel_matches_float64(batch, features, dtype):
 
 def critic(params, x):
     return jnp.tanh(x.reshape(x.shape[0], -1) @ params["w"]) @ params["v"]
-
-
-def test_second_order_through_the_gpu_kernel_matches_naive():
-    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
-    params = {"w": jax.random.normal(k1, (150, 8)) * 0.2, "v": jax.random.normal(k2, (8,))}
-    x = jax.random.normal(k3, (5, 3, 50))
-    assert_penalty_matches_naive(critic, params, x, orders=2, backend="gpu-interpret", rtol=1e-4)
 
 
 @pytest.mark.parametrize("backend", ["auto", "pallas"])

@@ -10,7 +10,6 @@ reduced axis cost exactly one all-reduce.
 
 import functools
 import os
-import pathlib
 import sys
 
 import jax
@@ -21,11 +20,9 @@ from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from benchmarks.tpu.collectives import arrays_moved
 from fastgp import penalty
 from fastgp._penalty import reference
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-from collectives import arrays_moved
 
 BATCH = 16
 KERNEL_BACKENDS = ["interpret", "tpu-interpret"]
@@ -304,10 +301,6 @@ def test_pallas_under_auto_sharding_names_the_missing_tpu_partitioner():
     """On TPU, custom_partitioning has no partitioner (jax-ml/jax#38196); the error says so and
     names explicit sharding and shard_map, where the kernel runs."""
     pytest.importorskip("jax.experimental.topologies")
-    import pathlib
-    import sys
-
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
     from fastgp import _compiled as cf
 
     mesh = Mesh(np.array(cf.tpu_devices("v5e:2x2")), ("data",))
@@ -364,7 +357,6 @@ print("ok")
 def test_gspmd_callbacks_partition_like_the_shardy_rule():
     """With Shardy off, the GSPMD callbacks (infer_sharding_from_operands, partition) do it."""
     import subprocess
-    import sys
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     run = subprocess.run(

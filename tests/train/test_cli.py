@@ -26,7 +26,7 @@ from fastgp.train.cli import main
 from fastgp.train.recipes import build_problem, default_config
 from fastgp.train.state import init_state
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # 400 generator steps of the 2-D recipe at batch 64: checkpoints every 50, LR decay from 200.
 RUN_FLAGS = [
     "--steps",

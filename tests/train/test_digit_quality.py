@@ -94,7 +94,7 @@ def test_the_noise_curve_is_this_code_s(table):
 def test_published_tables_are_the_noise_curve():
     """README.md and docs/trainer.md show the same calibration table, whose noise rows are
     ``NOISE_CURVE`` (checked against a fresh calibration above)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     start, end = MARKERS
     tables = []
     for page in ("README.md", "docs/trainer.md"):

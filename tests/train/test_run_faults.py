@@ -28,7 +28,7 @@ from fastgp.train.recipes import build_problem, default_config
 from fastgp.train.runlock import LOCK_NAME
 from fastgp.train.state import init_state
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = 100
 # Chunks of 5 steps, checkpoints every 20 (orbax keeps the newest 3: 60, 80, 100 at the end).
 FLAGS = [

@@ -21,8 +21,8 @@ from fastgp.train.diagnostics import summarize
 from fastgp.train.state import TrainConfig, critic_keys, generator_key, gp_schedule, index_sampler
 from fastgp.train.trainer import Trainer
 
-WORKER = Path(__file__).with_name("multidevice_worker.py")
-ROOT = Path(__file__).resolve().parents[1]
+WORKER = Path(__file__).resolve().parents[1] / "multidevice_worker.py"  # tests/, shared
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _last_json(stdout: str) -> dict:
