@@ -59,6 +59,18 @@ def _check_varying(arrays: Sequence[tuple[str, jax.Array]], axes: tuple[str, ...
             )
 
 
+def _refuse_generic_interpret(backend: str, q: jax.Array) -> None:
+    """Generic interpret mode on gathered keys inside ``shard_map(check_vma=True)``: a fastgp
+    error where JAX 0.10.2's interpreter mixes manual axis types and fails."""
+    if backend == "interpret" and varying_axes(q):
+        raise ValueError(
+            "fastgp.attention(backend='interpret', sample_axis_name=...) cannot run inside "
+            "shard_map(check_vma=True): Pallas's interpret mode mixes manual axis types on the "
+            "gathered keys (JAX 0.10.2). Run that shard_map with check_vma=False, or use "
+            "backend='xla'."
+        )
+
+
 def in_shard_map(
     q: jax.Array,
     k: jax.Array,
@@ -72,6 +84,7 @@ def in_shard_map(
     """Inside shard_map: q, k, v (B, T_local, H, D) and key_mask (B, T_local) or None are this
     device's slice of the tokens, split over ``axes``; returns this device's (B, T_local, H, Dv)."""
     arrays = [("q", q), ("k", k), ("v", v)]
+    _refuse_generic_interpret(options["backend"], q)
     _check_varying([*arrays, *([("the key mask", key_mask)] if key_mask is not None else [])], axes)
     k_all, v_all = _gathered(k, axes), _gathered(v, axes)
     if key_mask is None:

@@ -88,21 +88,12 @@ def check_vma_for(backend: str) -> bool:
     return backend not in INTERPRET_BACKENDS
 
 
-def _check_interpret_in_shard_map(args: Sequence[jax.Array], backend: str) -> None:
-    """The interpret modes inside a user's shard_map: a fastgp error where JAX 0.10.2 fails."""
-    varying = frozenset().union(*(_varying(a) for a in args))
-    if backend == "interpret" and varying:
-        raise ValueError(
-            f"fastgp.attention(backend='interpret') cannot run inside shard_map(check_vma=True): "
-            f"generic Pallas interpret mode loses the manual axis types of "
-            f"{tuple(sorted(varying))} (JAX 0.10.2). Run that shard_map with check_vma=False, or "
-            f"use backend='xla'."
-        )
+def _refuse_tpu_interpret_in_shard_map(backend: str) -> None:
+    """TPU interpret mode inside a user's shard_map: a fastgp error where JAX 0.10.2 fails."""
     if backend == "tpu-interpret":
         raise ValueError(
             "fastgp.attention(backend='tpu-interpret') cannot run inside shard_map: TPU interpret "
-            "mode's callbacks fail to lower there (JAX 0.10.2). Use backend='interpret' in a "
-            "shard_map with check_vma=False, or backend='xla'."
+            "mode's callbacks fail to lower there (JAX 0.10.2). Use backend='interpret' or 'xla'."
         )
 
 
@@ -118,7 +109,7 @@ def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.
         first = refuse_when_lowered(args[0], message, "partitioned")
         return prim.bind(first, *args[1:], config=config)
     if mode == "manual":
-        _check_interpret_in_shard_map(args, config.backend)
+        _refuse_tpu_interpret_in_shard_map(config.backend)
         return prim.bind(*_varying_alike(args), config=config)
     mesh = mesh_of(args[0])
     batch, heads, in_specs = _specs(args, config.backend)

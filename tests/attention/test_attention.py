@@ -358,14 +358,17 @@ def test_kernels_refuse_an_auto_sharded_program_over_several_devices():
         jax.jit(lambda q, k, v: fastgp.attention(q, k, v, backend="interpret"))(*placed)
 
 
-def test_kernels_refuse_a_sharded_token_axis():
+def test_a_sharded_feature_axis_is_refused_with_the_tokens_split():
+    """A sharded token axis runs sequence-parallel (tests/attention/test_sequence_parallel.py);
+    a feature axis split with it is refused by name."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     args, _, _ = inputs(4, 16, 16, 2, 32)
     mesh = _mesh("explicit")
-    placed = [jax.device_put(x, NamedSharding(mesh, P("data", "model"))) for x in args]
-    with pytest.raises(ValueError, match="token and feature axes must be whole"):
+    placed = [jax.device_put(x, NamedSharding(mesh, P(None, "model"))) for x in args]
+    placed[0] = jax.device_put(args[0], NamedSharding(mesh, P(None, "model", None, "data")))
+    with pytest.raises(ValueError, match="feature axis is sharded"):
         jax.jit(lambda q, k, v: fastgp.attention(q, k, v, backend="interpret"))(*placed)
 
 
