@@ -39,7 +39,7 @@ from fastgp.distributed import (
 
 P = ParamSpec("P")
 SECOND_ORDER: tuple[SecondOrder, ...] = get_args(SecondOrder)
-# None and every RematPolicy (tests/test_penalty.py holds the keys to the type).
+# None and every RematPolicy (tests/penalty/test_penalty.py holds the keys to the type).
 REMAT_POLICIES: dict[Remat, Callable[..., bool] | None] = {
     None: None,
     "nothing": jax.checkpoint_policies.nothing_saveable,
