@@ -66,9 +66,15 @@ FORGETFUL = {
 @pytest.mark.parametrize("devices", [2, 4, 8])
 @pytest.mark.parametrize("name", list(FORGETFUL))
 def test_forgotten_axis_name_raises_and_names_it(devices, name):
-    with pytest.raises(ValueError, match=re.escape("('data',)") + ".*axis_name is None") as err:
+    with pytest.raises(
+        ValueError, match=re.escape("('data',)") + ".*neither axis_name=None"
+    ) as err:
         on_mesh(devices, FORGETFUL[name])
-    assert "axis_name='data'" in str(err.value) and "axis_name=()" in str(err.value)
+    # both kinds of axis are offered, each with what it means; none as the only way
+    message = str(err.value)
+    assert "axis_name='data' for data parallelism" in message
+    assert "sample_axis_name='data' for sequence parallelism" in message
+    assert "axis_name=()" in message
 
 
 @pytest.mark.parametrize("devices", [2, 4, 8])
