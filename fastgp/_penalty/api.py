@@ -24,7 +24,7 @@ from fastgp._critic_ops import naming_first_order_only_ops
 from fastgp._penalty import validation
 from fastgp._penalty.gradients import input_gradients
 from fastgp._penalty.kinds import DEFAULT_WEIGHT
-from fastgp._penalty.rowops import norms_and_penalties
+from fastgp._penalty.rowops import RowOptions, norms_and_penalties
 from fastgp._penalty.second_order import mean_penalty_and_norms
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree, Remat, SecondOrder
 from fastgp.distributed import (
@@ -83,8 +83,8 @@ def per_sample_penalties(
     target = validation.check_target(target)
     leaves, _ = validation.leaves_of(grads, "grads")
     validation.check_backend_on_data(backend, grads)
-    sample_axes = collective_axes(sample_axis_name)
-    return norms_and_penalties(leaves, kind, target, backend, sample_axes)
+    options = RowOptions(kind, target, backend, collective_axes(sample_axis_name))
+    return norms_and_penalties(leaves, options)
 
 
 def grad_norms(
@@ -178,15 +178,8 @@ def gradient_penalty_and_norms(
             axis_name=axis_name,
             sample_axis_name=sample_axis_name,
         )
-    mean, norms = mean_penalty_and_norms(
-        critic,
-        x,
-        kind=kind,
-        target=target,
-        backend=backend,
-        axis_name=axis_name,
-        sample_axes=collective_axes(sample_axis_name),
-    )
+    options = RowOptions(kind, target, backend, collective_axes(sample_axis_name))
+    mean, norms = mean_penalty_and_norms(critic, x, options, axis_name)
     return weight * mean, norms
 
 

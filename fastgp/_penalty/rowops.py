@@ -1,6 +1,6 @@
 """Per-sample norms and penalties of input-gradient leaves: a Pallas forward with an exact jnp JVP.
 
-    norms_and_penalties(leaves, kind, target, backend) -> (norm (B,), penalty (B,))
+    norms_and_penalties(leaves, RowOptions(kind, target, backend)) -> (norm (B,), penalty (B,))
 
 ``leaves`` are the input-gradient's leaves, each (B, ...) in its own shape. The forward
 sums squares per sample with ``backend`` (one read of every leaf, in its own layout, float32
@@ -16,6 +16,7 @@ differentiable; we use dn/dg = 0 there (the subgradient of smallest norm), which
 parameter gradient finite for dead or flat critics.
 """
 
+import dataclasses
 import functools
 import operator
 from collections.abc import Sequence
@@ -66,49 +67,47 @@ def _over_sample_axes(per_sample: jax.Array, sample_axes: tuple[str, ...]) -> ja
     return lax.psum(per_sample, sample_axes) if sample_axes else per_sample
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
+@dataclasses.dataclass(frozen=True)
+class RowOptions:
+    """What a per-sample norm and penalty need besides the leaves: the kind and relative target,
+    the backend that sums the squares, and (inside shard_map) the mesh axes that split each
+    sample, over which the sums are psum'd. Hashable: a static argument."""
+
+    kind: Kind
+    target: float
+    backend: Backend
+    sample_axes: tuple[str, ...] = ()
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def norms_and_penalties(
-    leaves: tuple[jax.Array, ...],
-    kind: Kind,
-    target: float,
-    backend: Backend,
-    sample_axes: tuple[str, ...] = (),
+    leaves: tuple[jax.Array, ...], options: RowOptions
 ) -> tuple[jax.Array, jax.Array]:
-    """Per-sample L2 norms over all leaves and the per-sample penalty of ``kind``.
+    """Per-sample L2 norms over all leaves and the per-sample penalty of ``options.kind``.
 
-    Args:
-      leaves: tuple of (B, ...) float arrays (bf16/f16/f32, or f64 on XLA); sums accumulate in
-        float32 (float64 for float64 input).
-      kind, target: penalty kind and relative target (static).
-      backend: backend name (see ``binding``).
-      sample_axes: inside shard_map, the mesh axes that split each sample: the leaves hold this
-        device's slice of every sample, and the sums of squares are psum'd over these axes.
-
-    Returns:
-      (norm, penalty), each (B,) float32 (float64 for float64 input), whole-sample values.
+    ``leaves``: (B, ...) float arrays (bf16/f16/f32, or f64 on XLA), this device's slice of
+    every sample along ``options.sample_axes``; sums accumulate in float32 (float64 for float64).
+    Returns (norm, penalty), each (B,) float32 (float64 for float64 input), whole-sample values.
     """
-    sumsq = resolve_for(backend, *leaves)
+    sumsq = resolve_for(options.backend, *leaves)
     local = functools.reduce(operator.add, (sumsq(leaf) for leaf in leaves))
-    total = _over_sample_axes(local, sample_axes)
+    total = _over_sample_axes(local, options.sample_axes)
     norm = jnp.sqrt(total)
-    return norm, penalty_of_norm(total, norm, kind, target)
+    return norm, penalty_of_norm(total, norm, options.kind, options.target)
 
 
 @norms_and_penalties.defjvp
 def _norms_and_penalties_jvp(
-    kind: Kind,
-    target: float,
-    backend: Backend,
-    sample_axes: tuple[str, ...],
+    options: RowOptions,
     primals: tuple[tuple[jax.Array, ...]],
     tangents: tuple[tuple[jax.Array, ...]],
 ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     (leaves,), (leaf_tangents,) = primals, tangents
-    norm, penalty = norms_and_penalties(leaves, kind, target, backend, sample_axes)
-    dots = _over_sample_axes(row_dots(leaves, leaf_tangents), sample_axes)
+    norm, penalty = norms_and_penalties(leaves, options)
+    dots = _over_sample_axes(row_dots(leaves, leaf_tangents), options.sample_axes)
     d_norm = dots * safe_inverse(norm)
-    d_penalty = penalty_slope(norm, kind, target) * d_norm
+    d_penalty = penalty_slope(norm, options.kind, options.target) * d_norm
     return (norm, penalty), (d_norm, d_penalty)
 
 
-__all__ = ["norms_and_penalties", "row_dots", "row_scale", "safe_inverse"]
+__all__ = ["RowOptions", "norms_and_penalties", "row_dots", "row_scale", "safe_inverse"]

@@ -25,8 +25,8 @@ import jax.numpy as jnp
 from fastgp._critic_ops import naming_first_order_only_ops
 from fastgp._penalty import validation
 from fastgp._penalty.gradients import input_gradients
-from fastgp._penalty.rowops import norms_and_penalties, row_scale
-from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
+from fastgp._penalty.rowops import RowOptions, norms_and_penalties, row_scale
+from fastgp._typing import AxisName, Critic, PyTree
 from fastgp.distributed import global_count, global_mean
 
 Converted = Callable[..., jax.Array]  # the closure-converted critic: (x, *consts) -> scores
@@ -35,22 +35,15 @@ Residuals = tuple[PyTree, Consts, PyTree, jax.Array]  # x, consts, grads, norms
 
 
 def mean_penalty_and_norms(
-    critic: Critic,
-    x: PyTree,
-    *,
-    kind: Kind,
-    target: float,
-    backend: Backend,
-    axis_name: AxisName,
-    sample_axes: tuple[str, ...] = (),
+    critic: Critic, x: PyTree, options: RowOptions, axis_name: AxisName
 ) -> tuple[jax.Array, jax.Array]:
     """(mean_b p(n_b) over the global batch, (B_local,) norms), differentiated reverse-over-forward.
 
     Args:
       critic: x -> scores (B,) or (B, 1); may close over traced values (its parameters).
       x: array or pytree of (B, ...) float arrays.
-      kind, target, backend, axis_name: as in ``fastgp.penalty.gradient_penalty`` (validated).
-      sample_axes: the mesh axes that split each sample (``sample_axis_name``'s axes).
+      options: the kind, target, backend and sample axes of the per-sample penalty (validated).
+      axis_name: the mesh axes that split the batch, as in ``fastgp.penalty.gradient_penalty``.
 
     Returns:
       (scalar, (B_local,)) float32 (float64 for float64 input).
@@ -59,7 +52,7 @@ def mean_penalty_and_norms(
     # modules, dataclasses holding arrays) are not hashable.
     converted, consts = jax.closure_convert(lambda y: validation.call_critic(critic, y), x)
     try:
-        penalty = _Penalty(converted, kind, target, backend, axis_name, sample_axes)
+        penalty = _Penalty(converted, options, axis_name)
         return _mean_penalty(penalty, x, tuple(consts))
     except TypeError as err:
         if "forward-mode" not in str(err):
@@ -78,11 +71,8 @@ class _Penalty:
     """The penalty's static part: the closure-converted critic and the penalty's options."""
 
     converted: Converted
-    kind: Kind
-    target: float
-    backend: Backend
+    options: RowOptions
     axis_name: AxisName
-    sample_axes: tuple[str, ...]
 
     def forward(self, x: PyTree, consts: Consts) -> tuple[jax.Array, jax.Array, PyTree]:
         """(mean penalty over the global batch, (B_local,) norms, input-gradients) at x."""
@@ -90,12 +80,10 @@ class _Penalty:
             lambda y: self.converted(y, *consts),
             x,
             axis_name=self.axis_name,
-            sample_axis_name=self.sample_axes,
+            sample_axis_name=self.options.sample_axes,
         )
         leaves, _ = validation.leaves_of(grads, "grads")
-        norms, penalties = norms_and_penalties(
-            leaves, self.kind, self.target, self.backend, self.sample_axes
-        )
+        norms, penalties = norms_and_penalties(leaves, self.options)
         return global_mean(penalties, self.axis_name), norms, grads
 
 
@@ -139,7 +127,9 @@ def _mean_penalty_bwd(
     x, consts, grads, norms = residuals
     ct_mean, ct_norms = cotangents
     ct_penalty = ct_mean / global_count(norms.shape[0], penalty.axis_name).astype(norms.dtype)
-    v = _scale_like(row_scale(norms, ct_norms, ct_penalty, penalty.kind, penalty.target), grads)
+    v = _scale_like(
+        row_scale(norms, ct_norms, ct_penalty, penalty.options.kind, penalty.options.target), grads
+    )
 
     where = tuple(_differentiable(c) for c in consts)
     live = tuple(c for c, d in zip(consts, where, strict=True) if d)

@@ -12,7 +12,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from fastgp._penalty import binding as backends
-from fastgp._penalty.rowops import norms_and_penalties
+from fastgp._penalty.rowops import RowOptions, norms_and_penalties
 from fastgp.kernels.penalty import Blocks, lane_blocks, lane_sumsq, row_blocks, row_sumsq
 from fastgp.kernels.tiling import SUPPORTED_GENERATIONS
 from oracles import norms64, penalties64
@@ -87,7 +87,7 @@ def test_leaves_of_every_view_sum_into_one_norm(mode, shapes, kind):
     """Image leaves (lanes view), dense leaves (rows view), other ranks (reshaped rows), mixed
     dtypes: one norm and penalty per sample, as float64 computes them."""
     leaves = [_draw(i, s, "float32" if i else "bfloat16") for i, s in enumerate(shapes)]
-    norm, pen = norms_and_penalties(tuple(g for g, _ in leaves), kind, 1.5, mode)
+    norm, pen = norms_and_penalties(tuple(g for g, _ in leaves), RowOptions(kind, 1.5, mode))
     norm64 = norms64([g64 for _, g64 in leaves])
     np.testing.assert_allclose(np.asarray(norm), norm64, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(pen), penalties64(norm64, kind, 1.5), rtol=1e-5)
