@@ -164,21 +164,15 @@ def gradient_penalty_and_norms(
     require_axis_name(x, axis_name, "x", sample_axis_name=sample_axis_name)
     validation.check_backend_on_data(backend, x)
     critic = remat_critic(critic, remat)
+    options = RowOptions(kind, target, backend, collective_axes(sample_axis_name))
     if second_order == "reverse":
         with naming_first_order_only_ops("reverse"):
             _, grads = input_gradients(
                 critic, x, axis_name=axis_name, sample_axis_name=sample_axis_name
             )
-        return penalty_and_norms_from_grads(
-            grads,
-            kind=kind,
-            target=target,
-            weight=weight,
-            backend=backend,
-            axis_name=axis_name,
-            sample_axis_name=sample_axis_name,
-        )
-    options = RowOptions(kind, target, backend, collective_axes(sample_axis_name))
+        leaves, _ = validation.leaves_of(grads, "grads")
+        norms, penalties = norms_and_penalties(leaves, options)
+        return weight * global_mean(penalties, axis_name), norms
     mean, norms = mean_penalty_and_norms(critic, x, options, axis_name)
     return weight * mean, norms
 
