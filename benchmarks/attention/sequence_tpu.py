@@ -36,6 +36,7 @@ import math
 import os
 import re
 import time
+from typing import cast
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -52,6 +53,7 @@ import fastgp
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import _compiled as cf
+from fastgp._typing import Kind
 from fastgp.train.models import Model
 
 RESULTS = benchmarks.RESULTS / "attention"
@@ -111,7 +113,12 @@ def penalty_step(model: Model, kind: str):
                 fake, key = rest
                 x = fastgp.interpolate(key, real, fake, axis_name="data", sample_axis_name="seq")
             return fastgp.gradient_penalty(
-                critic, x, kind=kind, weight=WEIGHT, axis_name="data", sample_axis_name="seq"
+                critic,
+                x,
+                kind=cast(Kind, kind),
+                weight=WEIGHT,
+                axis_name="data",
+                sample_axis_name="seq",
             )
 
         return jax.value_and_grad(loss)(params)
@@ -202,10 +209,10 @@ def collectives(hlo_text: str, shards: int) -> dict:
     asynchronous collective over several continuation fusions, each holding a copy of the
     instruction with the same ``chain_id``: a collective is a chain, an async start, or else one
     instruction."""
-    counts = collections.defaultdict(lambda: {"ops": 0, "arrays": 0})
-    logical = collections.defaultdict(set)
-    shapes = collections.Counter()
-    shape_logical = collections.defaultdict(set)
+    counts: dict[str, dict[str, int]] = collections.defaultdict(lambda: {"ops": 0, "arrays": 0})
+    logical: dict[str, set[str]] = collections.defaultdict(set)
+    shapes: collections.Counter[tuple[str, ...]] = collections.Counter()
+    shape_logical: dict[tuple[str, ...], set[str]] = collections.defaultdict(set)
     for line in hlo_text.splitlines():
         m = _OP.search(line)
         if not m:
@@ -461,7 +468,7 @@ def table(records, tokens=TOKENS, shards=SHARDS, kinds=KINDS):
 def capacity_from_records(records):
     """{(T, n, kind): (largest fitting batch, smallest out-of-memory batch above it)} of every
     (T, n, kind) compiled at more than one batch."""
-    found = collections.defaultdict(dict)
+    found: dict[tuple[int, int, str], dict[int, dict]] = collections.defaultdict(dict)
     for r in records:
         found[(r["tokens"], r["shards"], r["kind"])][r["batch"]] = r
     searched = {}
@@ -539,7 +546,9 @@ def main(argv=None):
                 compile_record(records, t, n, 16 // n, kind, budget)
         if search and search[0] == t:
             for kind in kinds:
-                fit, over = largest_batch(records, *search, kind, args.max_compiles, budget)
+                fit, over = largest_batch(
+                    records, search[0], search[1], kind, args.max_compiles, budget
+                )
                 print(f"capacity T={t} n={search[1]} {kind}: fits {fit}, out of HBM at {over}")
     render(records)
 

@@ -227,5 +227,5 @@ def test_attention_backend_sets_what_auto_means():
         text = str(jax.make_jaxpr(lambda *a: fastgp.attention(*a))(q, q, q))
     assert "backend='interpret'" in text
     assert "backend='xla'" in str(jax.make_jaxpr(lambda *a: fastgp.attention(*a))(q, q, q))
-    with pytest.raises(ValueError, match="fastgp.attention: unknown backend 'cuda'"):
+    with pytest.raises(ValueError, match=r"fastgp\.attention: unknown backend 'cuda'"):
         fastgp.attention_backend("cuda").__enter__()

@@ -127,7 +127,7 @@ def test_bf16_long_reductions_accumulate_in_float32(view):
     shape = (2, 1 << 18) if view == "rows" else (1 << 15, 8, 2)
     g, g64 = _draw(7, shape, "bfloat16")
     if view == "rows":
-        sums = row_sumsq(g, blocks=row_blocks(*shape, 2), interpret=True)
+        sums = row_sumsq(g, blocks=row_blocks(shape[0], shape[1], 2), interpret=True)
     else:
         sums = lane_sumsq(g, blocks=lane_blocks(*shape), interpret=True)
     norm = np.sqrt(np.asarray(sums, np.float64))
