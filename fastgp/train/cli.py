@@ -34,6 +34,7 @@ from fastgp.train.launcher import (
     supervise,
     with_cpu_devices,
 )
+from fastgp.train.recipes import recipe
 
 # --- dispatch ------------------------------------------------------------------------------------
 
@@ -60,6 +61,18 @@ def backend_problem(backend: str | None, platform: str | None = None) -> str | N
             f"pallas runs the kernels on TPU or GPU only and JAX runs on {platform} here; "
             f"use auto (the default), xla, or tpu-interpret to run the TPU kernel on CPU"
         )
+    return None
+
+
+def critic_problem(args: argparse.Namespace) -> str | None:
+    """Why --critic cannot go with --dataset (when both are known before the run), or None."""
+    if args.command == "train" and args.resume and args.dataset is None:
+        return None  # the checkpoint's dataset; a --critic that contradicts it is refused there
+    dataset = args.dataset or "8gaussians"  # train's default, as in _out
+    try:
+        recipe(dataset, args.critic or "conv")
+    except ValueError as err:
+        return str(err)
     return None
 
 
@@ -100,6 +113,9 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         problem = out_problem(_out(args), args.resume)
         if problem:
             sub.error(f"argument --out: {problem}")
+    problem = critic_problem(args)
+    if problem:
+        sub.error(f"argument --critic: {problem}")
     devices = (args.devices or 1) * args.processes
     if args.batch_size is not None and args.batch_size % devices:
         sub.error(
@@ -196,6 +212,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "lr_d": args.lr,
         "decay_fraction": args.decay_fraction,
         "second_order": args.second_order,
+        "critic": args.critic,
     }
     return {k: v for k, v in overrides.items() if v is not None}
 
@@ -252,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return {"train": _train, "check": _check}[args.command](args)
 
 
-__all__ = ["backend_problem", "build_parser", "main"]
+__all__ = ["backend_problem", "build_parser", "critic_problem", "main"]
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from fastgp.penalty import SECOND_ORDER
 from fastgp.train import selfcheck, tune_command
 from fastgp.train.data import CHECK_DATASETS, DATASETS
 from fastgp.train.recipes import default_config
-from fastgp.train.state import CONFIG_SECOND_ORDER, INT32_MAX, PRECISIONS, TRAIN_KINDS
+from fastgp.train.state import CONFIG_SECOND_ORDER, CRITICS, INT32_MAX, PRECISIONS, TRAIN_KINDS
 
 SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
 FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
@@ -185,6 +185,19 @@ def _recipe_flag(
     p.add_argument(flag, default=defaults.get(dest), help=text + shown, **kwargs)
 
 
+def _add_critic_flag(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
+    """--critic: the image critic, conv (the default) or vit, with the vit recipe's defaults."""
+    _recipe_flag(
+        p,
+        defaults,
+        "--critic",
+        "critic of --dataset digits: the conv network, or vit, a small ViT (4x4 patches, pre-LN "
+        "blocks with fastgp.attention, a mean-pooled head)"
+        + ("" if "critic" in defaults else " with its own recipe (docs/trainer.md)"),
+        choices=CRITICS,
+    )
+
+
 def _add_training_flags(
     p: argparse.ArgumentParser, *, defaults: Mapping[str, Any], backend_help: str
 ) -> None:
@@ -259,6 +272,7 @@ def _add_train_parser(sub: Any) -> None:
         default=None,
         help="training data (default 8gaussians; digits = sklearn's 8x8 digits with conv networks)",
     )
+    _add_critic_flag(train, {})
     _add_training_flags(
         train,
         defaults={},
@@ -333,6 +347,7 @@ def _add_check_parser(sub: Any) -> None:
         help="8gaussians (small GELU MLPs) or digits (the digits recipe's conv critic and "
         "generator on 8x8 images)" + " (default %(default)s)",
     )
+    _add_critic_flag(check, CHECK_OPTIONS)
     _add_parallel_flags(check, devices=8)
 
 

@@ -4,11 +4,15 @@
     conv_critic(channels, activation)     -> Model  (B, 8, 8, 1) -> (B,)
     conv_generator(latent_dim, channels, activation, output)
                                           -> Model  (B, latent_dim) -> (B, 8, 8, 1) in [-1, 1]
+    vit_critic(width, depth, heads, patch, image)
+                                          -> Model  (B, H, W, C) -> (B,)   (a small ViT)
 
 Every ``apply(params, x, dtype=jnp.float32)`` computes in ``dtype`` (params and inputs are cast,
 so bfloat16 works) and returns float32. No batch norm anywhere: each output sample depends only on
-its own input, which the per-sample gradient penalty requires. Images are NHWC with HWIO kernels,
-the layout TPU convolutions (and Flax) use, so no transposes surround the convolutions there.
+its own input, which the per-sample gradient penalty requires (the ViT's LayerNorm normalises each
+token of each sample over its channels, and its attention runs over the tokens of one sample).
+Images are NHWC with HWIO kernels, the layout TPU convolutions (and Flax) use, so no transposes
+surround the convolutions there.
 """
 
 import math
@@ -17,6 +21,8 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+import fastgp
 
 
 class Model(NamedTuple):
@@ -173,4 +179,109 @@ def conv_generator(
     return Model(init, apply)
 
 
-__all__ = ["ACTIVATIONS", "Model", "OUTPUTS", "conv_critic", "conv_generator", "mlp"]
+def _layer_norm(h: jax.Array, p: dict[str, jax.Array], eps: float = 1e-6) -> jax.Array:
+    """LayerNorm over the last (channel) axis of each token: statistics in float32, result in
+    ``h``'s dtype."""
+    f = h.astype(jnp.float32)
+    mean = f.mean(-1, keepdims=True)
+    var = jnp.square(f - mean).mean(-1, keepdims=True)
+    out = ((f - mean) * jax.lax.rsqrt(var + eps)).astype(h.dtype)
+    return out * p["scale"] + p["bias"]
+
+
+def _patches(x: jax.Array, patch: int) -> jax.Array:
+    """(B, H, W, C) -> (B, H/patch * W/patch, patch * patch * C): non-overlapping patches in
+    row-major order, each flattened (row, column, channel). A reshape, not a strided conv."""
+    b, h, w, c = x.shape
+    x = x.reshape(b, h // patch, patch, w // patch, patch, c).transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, (h // patch) * (w // patch), patch * patch * c)
+
+
+def _vit_block_init(key: jax.Array, width: int, hidden: int, depth: int) -> dict[str, Any]:
+    """One pre-LN block: LeCun-normal q/k/v and MLP weights (He for the GELU layer), the two
+    residual projections scaled down by sqrt(2 * depth) so the residual stream starts near its
+    embedding's scale whatever the depth. Biases for the queries and values only: a key bias
+    adds the same logit to every key of a query, which the softmax ignores, so its gradient is
+    zero up to rounding, and Adam turns that rounding into lr-sized steps of random sign."""
+    k_qkv, k_proj, k_fc1, k_fc2 = jax.random.split(key, 4)
+    residual = 1.0 / math.sqrt(2 * depth)
+
+    def dense(k: jax.Array, fan_in: int, fan_out: int, gain: float = 1.0) -> dict[str, Any]:
+        w = gain / math.sqrt(fan_in) * jax.random.normal(k, (fan_in, fan_out), jnp.float32)
+        return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
+
+    ones, zeros = jnp.ones((width,), jnp.float32), jnp.zeros((width,), jnp.float32)
+    return {
+        "ln1": {"scale": ones, "bias": zeros},
+        "qkv": {
+            "w": dense(k_qkv, width, 3 * width)["w"],
+            "b": jnp.zeros((2 * width,), jnp.float32),  # queries', then values'
+        },
+        "proj": dense(k_proj, width, width, residual),
+        "ln2": {"scale": ones, "bias": zeros},
+        "fc1": dense(k_fc1, width, hidden, math.sqrt(2.0)),
+        "fc2": dense(k_fc2, hidden, width, residual),
+    }
+
+
+def vit_critic(
+    width: int = 64,
+    depth: int = 2,
+    heads: int = 4,
+    patch: int = 4,
+    image: tuple[int, int, int] = (8, 8, 1),
+    mlp_ratio: int = 2,
+    attention: Callable[..., jax.Array] | None = None,
+) -> Model:
+    """A ViT critic for (B, H, W, C) = ``image`` (default the 8x8 digits): ``patch`` x ``patch``
+    patches (by default 4 tokens of 4x4, as ``fastgp.train.recipes.VIT``) -> a linear embedding
+    to ``width`` plus a learned position embedding -> ``depth`` pre-LN blocks (LayerNorm,
+    ``heads``-head self-attention by ``attention`` (default ``fastgp.attention``, (B, T, H, D)
+    arrays), residual; LayerNorm, a GELU MLP of ``mlp_ratio`` x ``width``, residual) -> a final
+    LayerNorm -> the mean over the tokens -> a linear head -> (B,). No dropout, no batch norm,
+    no class token."""
+    height, side, channels = image
+    if height % patch or side % patch or width % heads:
+        raise ValueError(
+            f"vit_critic: patch {patch} must divide the image's {height}x{side} and heads "
+            f"{heads} the width {width}"
+        )
+    tokens, head_dim = (height // patch) * (side // patch), width // heads
+    attend = fastgp.attention if attention is None else attention
+
+    def init(key: jax.Array) -> dict[str, Any]:
+        k_embed, k_pos, k_head, *k_blocks = jax.random.split(key, 3 + depth)
+        fan_in = patch * patch * channels
+        return {
+            "embed": {
+                "w": jax.random.normal(k_embed, (fan_in, width)) / math.sqrt(fan_in),
+                "b": jnp.zeros((width,), jnp.float32),
+            },
+            "pos": 0.02 * jax.random.normal(k_pos, (tokens, width), jnp.float32),
+            "blocks": [_vit_block_init(k, width, mlp_ratio * width, depth) for k in k_blocks],
+            "ln": {"scale": jnp.ones((width,), jnp.float32), "bias": jnp.zeros((width,))},
+            "out": _dense_init(k_head, width, 1, he=False),
+        }
+
+    def self_attention(y: jax.Array, blk: Any) -> jax.Array:
+        b = y.shape[0]
+        q_bias, v_bias = jnp.split(blk["qkv"]["b"], 2)
+        bias = jnp.concatenate([q_bias, jnp.zeros_like(q_bias), v_bias])
+        qkv = (y @ blk["qkv"]["w"] + bias).reshape(b, tokens, 3, heads, head_dim)
+        out = attend(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]).reshape(b, tokens, width)
+        return out @ blk["proj"]["w"] + blk["proj"]["b"]
+
+    def apply(params: Any, x: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
+        p = _cast(params, dtype)
+        h = _patches(x.astype(dtype), patch) @ p["embed"]["w"] + p["embed"]["b"] + p["pos"]
+        for blk in p["blocks"]:
+            h = h + self_attention(_layer_norm(h, blk["ln1"]), blk)
+            y = jax.nn.gelu(_layer_norm(h, blk["ln2"]) @ blk["fc1"]["w"] + blk["fc1"]["b"])
+            h = h + y @ blk["fc2"]["w"] + blk["fc2"]["b"]
+        h = _layer_norm(h, p["ln"]).mean(axis=1)
+        return (h @ p["out"]["w"] + p["out"]["b"])[:, 0].astype(jnp.float32)
+
+    return Model(init, apply)
+
+
+__all__ = ["ACTIVATIONS", "Model", "OUTPUTS", "conv_critic", "conv_generator", "mlp", "vit_critic"]

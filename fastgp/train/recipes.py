@@ -1,24 +1,26 @@
 """Default training recipes per dataset: the config, the networks and the real-data sampler.
 
     RECIPES[dataset]                      -> Recipe(fields, steps, width)
+    recipe(dataset, critic="conv")        -> the Recipe of ``dataset`` with that critic
     default_config(dataset, **overrides)  -> TrainConfig   (the tuned recipe of ``dataset``)
-    default_steps(dataset)                -> generator iterations of a default run
+    default_steps(dataset, critic="conv") -> generator iterations of a default run
     build_problem(dataset, config)        -> Problem(generator, critic, sample_real, image)
 
 The recipes are the values of ``TOY`` (8 Gaussians and the Swiss roll: ``TOY_DEPTH`` x
 ``width`` ReLU MLPs), ``GRID`` (25 Gaussians: the toy recipe with narrower MLPs, fewer critic
 steps and the lazy penalty) and ``DIGITS`` (the conv pair of ``fastgp.train.models`` with
 ``width`` channels, trained on ``load_digits(split="train")`` and scored by
-``fastgp.train.evaluation`` against the other half). How they were chosen and what they
-score: docs/trainer.md.
+``fastgp.train.evaluation`` against the other half). ``critic="vit"`` (``--critic vit``) trains
+the digits' conv generator against the ViT critic of ``fastgp.train.models`` shaped by ``VIT``,
+with the recipe ``DIGITS_VIT``. How they were chosen and what they score: docs/trainer.md.
 """
 
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from fastgp.train.data import TOY_DATASETS, load_digits, sample_toy
-from fastgp.train.models import Model, conv_critic, conv_generator, mlp
-from fastgp.train.state import TrainConfig, index_sampler
+from fastgp.train.models import Model, conv_critic, conv_generator, mlp, vit_critic
+from fastgp.train.state import CRITICS, TrainConfig, index_sampler
 
 TOY_DEPTH = 3
 
@@ -51,6 +53,26 @@ DIGITS = _recipe(
 RECIPES = {"8gaussians": TOY, "25gaussians": GRID, "swissroll": TOY, "digits": DIGITS}
 
 
+class VitShape(NamedTuple):
+    """The ViT critic's shape: ``fastgp.train.models.vit_critic``'s arguments."""
+
+    width: int
+    depth: int
+    heads: int
+    patch: int
+    mlp_ratio: int
+
+
+# --critic vit on digits: the digits recipe's conv generator (DIGITS.width channels) against the
+# ViT critic VIT, with its own learning rate and length (docs/trainer.md: the sweep behind them).
+VIT = VitShape(width=64, depth=2, heads=4, patch=4, mlp_ratio=2)
+DIGITS_VIT = Recipe(
+    {**DIGITS.fields, "lr_g": 1e-3, "lr_d": 1e-3, "critic": "vit"}, steps=3000, width=DIGITS.width
+)
+# (dataset, critic) -> recipe, for the critics other than a recipe's own ("conv").
+CRITIC_RECIPES = {("digits", "vit"): DIGITS_VIT}
+
+
 class Problem(NamedTuple):
     """What a run trains: a ``fastgp.train.models.Model`` pair, ``sample_real(key, n)``, image
     data?"""
@@ -66,19 +88,36 @@ def _check(dataset: str) -> None:
         raise ValueError(f"unknown dataset {dataset!r}; valid names: {', '.join(RECIPES)}")
 
 
-def default_steps(dataset: str) -> int:
-    """Generator iterations of a default run on ``dataset``."""
+def recipe(dataset: str, critic: str = "conv") -> Recipe:
+    """The recipe of ``dataset`` with ``critic`` ("conv": the dataset's own networks); ValueError
+    for an unknown name or a critic the dataset cannot take (the ViT takes images only)."""
     _check(dataset)
-    return RECIPES[dataset].steps
+    if critic not in CRITICS:
+        raise ValueError(f"unknown critic {critic!r}; valid: {', '.join(CRITICS)}")
+    if critic == "conv":
+        return RECIPES[dataset]
+    if (dataset, critic) not in CRITIC_RECIPES:
+        images = sorted({d for d, c in CRITIC_RECIPES if c == critic})
+        raise ValueError(
+            f"the {critic} critic takes images and {dataset} is 2-D points; use it with "
+            f"--dataset {' or '.join(images)}"
+        )
+    return CRITIC_RECIPES[dataset, critic]
+
+
+def default_steps(dataset: str, critic: str = "conv") -> int:
+    """Generator iterations of a default run on ``dataset`` with ``critic``."""
+    return recipe(dataset, critic).steps
 
 
 def default_config(dataset: str, **overrides: Any) -> TrainConfig:
-    """The recipe's ``TrainConfig`` for ``dataset``; ``overrides`` replace fields (None: keep).
+    """The recipe's ``TrainConfig`` for ``dataset`` (with the critic ``overrides["critic"]``,
+    default "conv"); ``overrides`` replace fields (None: keep).
 
     ``total_steps`` defaults to :func:`default_steps`.
     """
-    _check(dataset)
-    fields = dict(RECIPES[dataset].fields, total_steps=default_steps(dataset))
+    chosen = recipe(dataset, overrides.get("critic") or "conv")
+    fields = dict(chosen.fields, total_steps=chosen.steps)
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return TrainConfig(**fields)
 
@@ -100,29 +139,34 @@ def toy_networks(
 
 
 def build_problem(dataset: str, config: TrainConfig) -> Problem:
-    """The networks and the jittable real-data sampler of ``dataset`` under ``config``."""
-    _check(dataset)
-    recipe = RECIPES[dataset]
+    """The networks and the jittable real-data sampler of ``dataset`` under ``config`` (its
+    ``critic``: ValueError for one the dataset cannot take)."""
+    chosen = recipe(dataset, config.critic)
     if dataset in TOY_DATASETS:
-        generator, critic = toy_networks(config.latent_dim, recipe.width)
+        generator, critic = toy_networks(config.latent_dim, chosen.width)
         return Problem(generator, critic, lambda key, n: sample_toy(dataset, key, n), False)
     return Problem(
-        conv_generator(config.latent_dim, recipe.width),
-        conv_critic(recipe.width),
+        conv_generator(config.latent_dim, chosen.width),
+        vit_critic(**VIT._asdict()) if config.critic == "vit" else conv_critic(chosen.width),
         index_sampler(load_digits(split="train")),
         True,
     )
 
 
 __all__ = [
+    "CRITIC_RECIPES",
     "DIGITS",
+    "DIGITS_VIT",
     "GRID",
     "Problem",
     "RECIPES",
     "Recipe",
     "TOY",
+    "VIT",
+    "VitShape",
     "build_problem",
     "default_config",
     "default_steps",
+    "recipe",
     "toy_networks",
 ]

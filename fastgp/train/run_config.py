@@ -39,9 +39,11 @@ FLAGS = {
     "lr_g": "--lr",
     "lr_d": "--lr",
     "decay_fraction": "--decay-fraction",
+    "critic": "--critic",
 }
 # Fields a resumed run may change: they do not alter what is computed, only how.
 CHANGEABLE_ON_RESUME = ("backend",)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 def default_backend() -> str:
@@ -185,7 +187,9 @@ def _continued(
             f"{options.out} (dataset {meta['dataset']}); drop --dataset or choose "
             f"another --out"
         )
-    stored = dict(meta["config"], betas=tuple(meta["config"]["betas"]))
+    # A field an older checkpoint does not record (critic) has the value it trained with: the
+    # default.
+    stored = {**_DEFAULTS, **meta["config"], "betas": tuple(meta["config"]["betas"])}
     if overrides.get("second_order") == "auto":  # the checkpoint holds the order it picked
         overrides = dict(overrides, second_order=None)
     for field, value in overrides.items():

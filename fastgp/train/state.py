@@ -33,6 +33,9 @@ PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 TrainKind: TypeAlias = Kind | Literal["approximate-r1"]
 ConfigSecondOrder: TypeAlias = SecondOrder | Literal["auto"]
 Precision: TypeAlias = Literal["f32", "bf16"]
+# The critic of an image recipe (fastgp.train.recipes): the conv network, or the small ViT.
+CriticName: TypeAlias = Literal["conv", "vit"]
+CRITICS: tuple[CriticName, ...] = ("conv", "vit")
 TRAIN_KINDS: tuple[TrainKind, ...] = (*KINDS, "approximate-r1")
 CONFIG_SECOND_ORDER: tuple[ConfigSecondOrder, ...] = (*SECOND_ORDER, "auto")
 INT32_MAX = 2**31 - 1  # iteration and optimiser step counters are int32
@@ -82,6 +85,7 @@ class TrainConfig:
     total_steps: int | None = None
     decay_fraction: float = 0.0
     second_order: ConfigSecondOrder = "reverse-over-forward"
+    critic: CriticName = "conv"
 
     def __post_init__(self) -> None:
         """Raise ConfigError naming the first invalid field(s), checked group by group."""
@@ -123,7 +127,7 @@ def _check_counts(config: TrainConfig) -> None:
 
 
 def _check_choices(config: TrainConfig) -> None:
-    """gp_kind, precision and backend: one of their known names."""
+    """gp_kind, precision, backend and critic: one of their known names."""
     if config.gp_kind not in TRAIN_KINDS:
         raise ConfigError(
             "gp_kind", f"unknown gp_kind {config.gp_kind!r}; expected one of {TRAIN_KINDS}"
@@ -137,6 +141,8 @@ def _check_choices(config: TrainConfig) -> None:
         raise ConfigError(
             "backend", f"unknown backend {config.backend!r}; expected one of {BACKENDS}"
         )
+    if config.critic not in CRITICS:
+        raise ConfigError("critic", f"unknown critic {config.critic!r}; expected one of {CRITICS}")
 
 
 def _check_numbers(config: TrainConfig) -> None:
@@ -301,6 +307,7 @@ def index_sampler(data: Any) -> Callable[[jax.Array, int], jax.Array]:
 
 __all__ = [
     "CONFIG_SECOND_ORDER",
+    "CRITICS",
     "INT32_MAX",
     "PRECISIONS",
     "SEED_RANGE",

@@ -514,6 +514,7 @@ def test_check_calls_run_check_with_its_flags(monkeypatch):
     run_check_calls = _record_run_check(monkeypatch)
     argv = ["check", "--devices", "2", "--steps", "1", "--batch-size", "8", "--dataset", "digits"]
     argv += ["--gp-kind", "r1", "--second-order", "reverse", "--precision", "bf16"]
+    argv += ["--critic", "vit"]
     assert main([*argv, "--backend", "xla", "--lr", "0.5", "--seed", "3", "--gp-every", "2"]) == 0
     (args, kwargs), *_ = run_check_calls
     assert args == (2, 1, 8)
@@ -527,6 +528,7 @@ def test_check_calls_run_check_with_its_flags(monkeypatch):
         "seed": 3,
         "second_order": "reverse",
         "dataset": "digits",
+        "critic": "vit",
     }
 
 
