@@ -158,12 +158,10 @@ def approximate_r1(
     weight = validation.check_weight(weight)
     batch = _check_axes(x, axis_name, sample_axis_name)
     noisy = perturb(key, x, sigma, axis_name, sample_axis_name)
-    sample_axes = distributed.collective_axes(sample_axis_name)
-    batch_axes = set(distributed.collective_axes(axis_name)) & distributed.varying_axes(x)
 
     def scores(points: PyTree) -> jax.Array:
         raw = validation.call_critic(critic, points)
-        return validation.check_scores(raw, batch, sample_axes, batch_axes)
+        return validation.check_scores(raw, batch, x, axis_name, sample_axis_name)
 
     clean_scores, noisy_scores = scores(x), scores(noisy)
     dtype = jnp.promote_types(jnp.result_type(clean_scores, noisy_scores), jnp.float32)

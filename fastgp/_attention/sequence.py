@@ -96,9 +96,7 @@ def in_shard_map(
     t_local, t_all = q.shape[1], k_all.shape[1]
     index = lax.axis_index(axes if len(axes) > 1 else axes[0])
     position = jnp.arange(t_all)
-    mask_all = mask_all & (position < index * t_local)[None] | (
-        mask_all & ((position >= index * t_local) & (position < (index + 1) * t_local))[None]
-    )
+    mask_all = mask_all & (position < (index + 1) * t_local)[None]  # later shards hidden
     shift = t_all - (index + 1) * t_local  # the own shard moves to the end
     k_all, v_all, mask_all = (jnp.roll(x, shift, axis=1) for x in (k_all, v_all, mask_all))
     return attend(q, k_all, v_all, mask_all, causal=True, q_offset=t_all - t_local, **options)

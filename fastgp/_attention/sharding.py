@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 from fastgp._backends import INTERPRET_BACKENDS
 from fastgp._refusals import refuse_when_lowered
 from fastgp._sharding import mesh_of, mode_of, spec_of
+from fastgp.distributed import varying_axes
 
 _OFF_TPU_MESSAGE = (
     "fastgp.attention(backend='pallas') runs Mosaic TPU kernels, but this program is being "
@@ -64,18 +65,13 @@ def _specs(args: Sequence[jax.Array], backend: str) -> tuple[Any, Any, list[P]]:
     return batch, heads, specs
 
 
-def _varying(x: jax.Array) -> frozenset[str]:
-    manual = getattr(jax.typeof(x), "manual_axis_type", None)
-    return frozenset(getattr(manual, "varying", ()) or ())
-
-
 def _varying_alike(args: Sequence[jax.Array]) -> list[jax.Array]:
     """Every operand varying over the same manual axes (a kernel's operands share one type;
     interpret mode checks it), e.g. replicated parameters' tangents beside a sharded batch's."""
-    union = frozenset().union(*(_varying(a) for a in args))
+    union = frozenset().union(*(varying_axes(a) for a in args))
     out = []
     for a in args:
-        missing = tuple(sorted(union - _varying(a)))
+        missing = tuple(sorted(union - varying_axes(a)))
         out.append(jax.lax.pcast(a, missing, to="varying") if missing else a)
     return out
 

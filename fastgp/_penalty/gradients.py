@@ -5,7 +5,6 @@ import jax.numpy as jnp
 
 from fastgp._penalty import validation
 from fastgp._typing import AxisName, Critic, PyTree
-from fastgp.distributed import collective_axes, varying_axes
 
 
 def input_gradients(
@@ -19,8 +18,7 @@ def input_gradients(
     """
     _, batch = validation.leaves_of(x, "x")
     scores, pullback = jax.vjp(lambda y: validation.call_critic(critic, y), x)
-    batch_axes = set(collective_axes(axis_name)) & varying_axes(x)
-    flat = validation.check_scores(scores, batch, collective_axes(sample_axis_name), batch_axes)
+    flat = validation.check_scores(scores, batch, x, axis_name, sample_axis_name)
     (grads,) = pullback(jnp.ones_like(scores))
     return flat, grads
 

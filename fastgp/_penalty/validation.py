@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from fastgp._backends import BACKENDS, check_backend_for_manual_axes
 from fastgp._penalty.kinds import KINDS
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
-from fastgp.distributed import varying_axes
+from fastgp.distributed import collective_axes, varying_axes
 
 
 def leaves_of(tree: PyTree, what: str) -> tuple[tuple[jax.Array, ...], int]:
@@ -149,13 +149,16 @@ def check_weight(weight: float | jax.Array) -> float | jax.Array:
 def check_scores(
     scores: jax.Array,
     batch: int,
-    sample_axes: Collection[str] = (),
-    batch_axes: Collection[str] = (),
+    x: PyTree = None,
+    axis_name: AxisName = None,
+    sample_axis_name: AxisName = None,
 ) -> jax.Array:
-    """Critic output must be (B,) or (B, 1); returns it as (B,). Inside shard_map the scores must
-    be whole-sample scores along ``sample_axes`` (the mesh axes that split each sample), and must
-    differ between the shards of ``batch_axes`` (those the batch is split over and x varies
-    over): scores equal on every shard of an axis say that it splits samples, not the batch."""
+    """Critic output at ``x`` must be (B,) or (B, 1); returns it as (B,). Inside shard_map the
+    scores must be whole-sample scores along ``sample_axis_name`` (the mesh axes that split each
+    sample), and must differ between the shards of the ``axis_name`` axes that x varies over:
+    scores equal on every shard of such an axis say that it splits samples, not the batch."""
+    sample_axes = collective_axes(sample_axis_name)
+    batch_axes = set(collective_axes(axis_name)) & varying_axes(x)
     shape = getattr(scores, "shape", None)
     if shape not in ((batch,), (batch, 1)):
         raise ValueError(
