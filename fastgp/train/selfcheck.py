@@ -57,11 +57,9 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
 }
 
 
-# The ViT critic's pair (--critic vit) in float32: its parameters after Adam gated at 1e-3. A few
-# of its generator's gradient entries sit near Adam's eps (1e-8) or are near-cancelling bias sums,
-# so rounding decides most of their first steps: the trainer and the naive one differ by 2.3e-4 in
-# the updates already on one device, with nothing sharded (seed 0; 4.2e-4 at batch 64 on the
-# generator's one-entry output bias), the conv pair by up to 2.7e-5 (docs/trainer.md).
+# The ViT critic's pair (--critic vit) in float32: its parameters after Adam. A few of its
+# generator's gradient entries sit near Adam's eps or are near-cancelling sums, so rounding decides
+# their first steps even on one device; the measurements behind the bound are in docs/trainer.md.
 VIT_F32_BOUNDS = {"params": 1e-3, "param_updates": 1e-3}
 
 
