@@ -17,6 +17,9 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     attention/attention_tpu.json       the long-sequence ViT critics (attention/attention_tpu.md)
     attention/sequence_tpu.json        the ViT critic's tokens over 4-16 v5e chips (sequence_tpu.md)
     approximate_r1/approximate_r1*     approximate_r1 against exact R1 (its own tables, .json)
+    approximate_r1/long_sequences.json the long ViT's R1 steps on CPU (with attention_tpu.json's)
+    approximate_r1/transformer_training.json  the ViT critic trained with each penalty
+    attention/jvp_memory.json          a transformer block's JVP memory (recipes.md)
 """
 
 import argparse
@@ -517,13 +520,23 @@ def attention_sequence_tpu(results):
     return sequence_tpu.table(_json_in(results.dir, "attention/sequence_tpu.json"))
 
 
+def attention_jvp_memory(results):
+    """recipes.md's table of a transformer block's JVP memory through each attention."""
+    from benchmarks.attention import jvp_memory
+
+    return jvp_memory.table(_json_in(results.dir, "attention/jvp_memory.json"))
+
+
 BLOCKS = {
     "approximate-r1-ratios": approximate_r1_tables.ratios,
     "approximate-r1-gradients": approximate_r1_tables.gradients,
     "approximate-r1-cost": approximate_r1_tables.cost,
     "approximate-r1-training": approximate_r1_tables.training,
+    "approximate-r1-long-tpu": approximate_r1_tables.long_tpu,
+    "approximate-r1-long-cpu": approximate_r1_tables.long_cpu,
     "attention-tpu": attention_tpu,
     "attention-sequence-tpu": attention_sequence_tpu,
+    "attention-jvp-memory": attention_jvp_memory,
     "zoo-headline": zoo_headline,
     "zoo-summary": zoo_summary,
     "zoo-cpu": zoo_cpu,
@@ -546,8 +559,11 @@ SOURCES = {
         "approximate_r1/approximate_r1_tpu_capacity.json",
     ),
     "approximate-r1-training": ("approximate_r1/approximate_r1_training.json",),
+    "approximate-r1-long-tpu": ("attention/attention_tpu.json",),
+    "approximate-r1-long-cpu": ("approximate_r1/long_sequences.json",),
     "attention-tpu": ("attention/attention_tpu.json",),
     "attention-sequence-tpu": ("attention/sequence_tpu.json",),
+    "attention-jvp-memory": ("attention/jvp_memory.json",),
     "zoo-headline": ("suites/bench.json", "zoo/zoo_tpu.json"),
     "zoo-summary": ("suites/bench.json", "zoo/zoo_tpu.json", "zoo/zoo_capacity.json"),
     "zoo-cpu": ("suites/bench.json",),

@@ -7,6 +7,8 @@ Each function takes ``benchmarks.published.Results`` and returns the table's lin
     cost(results)       approximate_r1.json (CPU times), approximate_r1_tpu.json (v5e compiles)
     gradients(results)  approximate_r1_gradients.json: the mean gradient against exact R1's
     training(results)   approximate_r1_training.json: quality and time per penalty and seed
+    long_tpu(results)   ../attention/attention_tpu.json: the long ViT's R1 steps for one v5e chip
+    long_cpu(results)   long_sequences.json: the long ViT's R1 steps timed on CPU
 """
 
 import json
@@ -125,4 +127,122 @@ def training(results):
             ]
         )
     head = ["data", "penalty", "sigma", "weight", "seeds", "quality per seed", "median train_s"]
+    return markdown_table(head, rows)
+
+
+# Long ViT critic steps: the rows of the cost table, as (label, attention/variant record name).
+LONG_TPU_ROWS = (
+    ("no penalty (fastgp flash)", "flash/plain"),
+    ("no penalty (JAX flash)", "jax-flash/plain"),
+    ("exact R1 (fastgp flash)", "flash/exact-r1"),
+    ("approximate_r1 (JAX flash)", "jax-flash/approximate-r1"),
+    ("WGAN-GP (fastgp flash)", "flash/fastgp"),
+)
+LAZY_EVERY = (4, 16)
+
+
+def _probe_batch(tokens):
+    return 4 if tokens >= 16384 else 8
+
+
+def _largest_batch(records, tokens, variant):
+    """The largest batch on record that compiled within HBM, and whether twice it did not."""
+    mine = [r for r in records if (r["tokens"], r["variant"]) == (tokens, variant)]
+    fits = [r["batch"] for r in mine if r["fits"]]
+    if not fits:
+        return "-"
+    best = max(fits)
+    exhausted = any(
+        r["batch"] == 2 * best and "RESOURCE_EXHAUSTED" in r.get("error", "") for r in mine
+    )
+    return str(best) if exhausted else f">= {best}"
+
+
+def _lazy(exact, plain, every):
+    """Lazy R1 every ``every`` steps: one exact step and every - 1 plain ones, per step."""
+    amortised = {k: (exact[k] + (every - 1) * plain[k]) / every for k in ("flops", "bytes")}
+    return {**amortised, "peak": exact["peak"], "batch": exact["batch"]}
+
+
+def long_tpu(results, generation="v5e"):
+    """Per token count and step: per-sample TFLOP and GB, peak GiB at the probe batch, each over
+    exact R1's, and the largest batch that compiles, for one ``generation`` chip."""
+    compiled = pathlib.Path(results.dir) / "attention" / "attention_tpu.json"
+    records = [r for r in json.loads(compiled.read_text()) if r["generation"] == generation]
+    rows = []
+    for tokens in sorted({r["tokens"] for r in records}):
+        batch = _probe_batch(tokens)
+        at = {
+            r["variant"]: r
+            for r in records
+            if (r["tokens"], r["batch"]) == (tokens, batch) and r["fits"]
+        }
+        if "flash/exact-r1" not in at or "flash/plain" not in at:
+            continue
+        exact = at["flash/exact-r1"]
+        steps = [
+            (label, at[name], _largest_batch(records, tokens, name))
+            for label, name in LONG_TPU_ROWS
+            if name in at
+        ]
+        steps += [
+            (f"lazy exact R1 every {k} (amortised)", _lazy(exact, at["flash/plain"], k), "-")
+            for k in LAZY_EVERY
+        ]
+        for label, r, largest in steps:
+            rows.append(
+                [
+                    f"{tokens:,}",
+                    label,
+                    f"{r['flops'] / batch / 1e12:.3f}",
+                    f"{r['bytes'] / batch / 1e9:.2f}",
+                    f"{r['peak'] / 2**30:.2f}",
+                    ", ".join(f"{r[k] / exact[k]:.2f}x" for k in ("flops", "bytes", "peak")),
+                    largest,
+                ]
+            )
+    head = [
+        *("tokens", "critic step", "TFLOP / sample", "GB moved / sample"),
+        *("peak GiB", "over exact R1 (flops, bytes, peak)", "largest batch"),
+    ]
+    return markdown_table(head, rows)
+
+
+def long_cpu(results):
+    """Per token count and step: the median CPU step time, its ratio to exact R1 through
+    fastgp.attention, and the compiled temporaries."""
+    found = _load(results, "long_sequences.json")
+    labels = {
+        "fastgp/plain": "no penalty (fastgp.attention)",
+        "dpa/plain": "no penalty (dot_product_attention)",
+        "fastgp/exact-r1": "exact R1 (fastgp.attention)",
+        "dpa/exact-r1": "exact R1 (dot_product_attention)",
+        "fastgp/approximate-r1": "approximate_r1 (fastgp.attention)",
+        "dpa/approximate-r1": "approximate_r1 (dot_product_attention)",
+        "fastgp/wgan-gp": "WGAN-GP (fastgp.attention)",
+    }
+    rows = []
+    for tokens in sorted({r["tokens"] for r in found["rows"]}):
+        at = {r["variant"]: r for r in found["rows"] if r["tokens"] == tokens}
+        exact, plain = at["fastgp/exact-r1"], at["fastgp/plain"]
+        steps = [(labels[v], r["seconds"], f"{r['temp'] / 2**20:,.0f}") for v, r in at.items()]
+        steps += [
+            (
+                f"lazy exact R1 every {k} (amortised)",
+                (exact["seconds"] + (k - 1) * plain["seconds"]) / k,
+                "-",
+            )
+            for k in LAZY_EVERY
+        ]
+        for label, seconds, temp in steps:
+            rows.append(
+                [
+                    f"{tokens:,} ({exact['batch']})",
+                    label,
+                    f"{seconds * 1e3:,.0f}",
+                    f"{seconds / exact['seconds']:.2f}x",
+                    temp,
+                ]
+            )
+    head = ["tokens (batch)", "critic step", "ms", "over exact R1", "temporaries MiB"]
     return markdown_table(head, rows)

@@ -49,12 +49,8 @@ def penalty_flags(weight: float, sigma: float | None) -> list[str]:
     ]
 
 
-def run_one(dataset: str, seed: int, sigma: float | None, steps: int | None) -> dict:
-    """One fastgp train run: its flags, final quality and times."""
-    weight = RECIPE_WEIGHT[dataset]
-    flags = ["--dataset", dataset, "--seed", str(seed), *penalty_flags(weight, sigma)]
-    if steps is not None:
-        flags += ["--steps", str(steps)]
+def train(flags: list[str]) -> tuple[dict, dict]:
+    """Run ``fastgp train FLAGS`` in a fresh --out on CPU: its summary.json and last log point."""
     with tempfile.TemporaryDirectory() as out:
         fastgp = str(pathlib.Path(sys.executable).with_name("fastgp"))
         command = [fastgp, "train", *flags, "--no-progress", "--out", out]
@@ -62,7 +58,21 @@ def run_one(dataset: str, seed: int, sigma: float | None, steps: int | None) -> 
         subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
         summary = json.loads((pathlib.Path(out) / "summary.json").read_text())
         last = (pathlib.Path(out) / "metrics.jsonl").read_text().splitlines()[-1]
-    final = json.loads(last)
+    return summary, json.loads(last)
+
+
+def quality(summary: dict) -> dict:
+    """The final evaluation's quality figures that summary.json holds."""
+    return {key: summary[key] for key in QUALITY_KEYS if key in summary}
+
+
+def run_one(dataset: str, seed: int, sigma: float | None, steps: int | None) -> dict:
+    """One fastgp train run: its flags, final quality and times."""
+    weight = RECIPE_WEIGHT[dataset]
+    flags = ["--dataset", dataset, "--seed", str(seed), *penalty_flags(weight, sigma)]
+    if steps is not None:
+        flags += ["--steps", str(steps)]
+    summary, final = train(flags)
     return {
         "dataset": dataset,
         "seed": seed,
@@ -74,7 +84,7 @@ def run_one(dataset: str, seed: int, sigma: float | None, steps: int | None) -> 
         "train_s": summary["train_s"],
         "final_wasserstein": final["wasserstein"],
         "final_penalty": final["penalty"],
-        **{key: summary[key] for key in QUALITY_KEYS if key in summary},
+        **quality(summary),
     }
 
 

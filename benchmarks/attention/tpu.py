@@ -14,7 +14,9 @@ Variants: ``jnp``: the zoo's plain softmax attention (every T x T array in HBM) 
 default penalty or the ``naive`` nested-grad one; ``flash``: ``fastgp.attention`` on the Mosaic
 kernels with the default penalty or ``second_order="reverse"``; ``flash-xla``: its blockwise jnp
 loops; first order (no penalty): ``flash/plain`` against JAX's own Pallas ``flash_attention``
-(``jax-flash/plain``), which has no second order. Flops and bytes of a Pallas call are its own
+(``jax-flash/plain``), which has no second order; R1 at the reals: exact through ``flash``
+(``flash/exact-r1``) against ``fastgp.approximate_r1`` through JAX's (``jax-flash/approximate-r1``,
+``workloads.APPROXIMATE_SIGMA``). Flops and bytes of a Pallas call are its own
 ``pl.CostEstimate``; peak memory and capacity are measured by the compiler.
 
 Results go to ``results/attention/attention_tpu.{json,md}``; compiled records are reused (delete
@@ -43,12 +45,12 @@ RESULTS = benchmarks.RESULTS / "attention"
 RECORDS = RESULTS / "attention_tpu.json"
 
 
-def jax_flash_attention(q, k, v):
+def jax_flash_attention(q, k, v, causal=False):
     """JAX's Pallas TPU flash attention in (B, T, H, D) layout (first order only)."""
     from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
 
     bhtd = [jnp.swapaxes(t, 1, 2) for t in (q, k, v)]
-    out = jax_flash.flash_attention(*bhtd, sm_scale=q.shape[-1] ** -0.5)
+    out = jax_flash.flash_attention(*bhtd, causal=causal, sm_scale=q.shape[-1] ** -0.5)
     return jnp.swapaxes(out, 1, 2)
 
 
@@ -67,6 +69,8 @@ VARIANTS = {
     "flash-xla/fastgp": ("flash-xla", "fastgp"),
     "flash/plain": ("flash", "plain"),
     "jax-flash/plain": ("jax-flash", "plain"),
+    "flash/exact-r1": ("flash", "exact-r1"),
+    "jax-flash/approximate-r1": ("jax-flash", "approximate-r1"),
 }
 
 
