@@ -5,10 +5,10 @@
     interpret_mode(name)   -> the ``interpret=`` argument of a Pallas kernel call
     generation(name)       -> the TPU generation a kernel backend tiles for (None: unknown)
 
-``"auto"`` is XLA for both ops on every platform today: the compiled figures behind that choice
-are in ``benchmarks/results/`` and docs/performance.md. Inside :func:`attention_backend` it means
-another backend for attention only (how ``fastgp.autotune`` tries attention backends in a critic
-it does not own).
+``"auto"`` is :data:`AUTO`'s choice for the op on the platform being traced for
+(``jax.default_backend()``), XLA where it names none; the figures behind each choice are in
+docs/performance.md ("What auto runs"). Inside :func:`attention_backend` it means another backend
+for attention only (how ``fastgp.autotune`` tries attention backends in a critic it does not own).
 
 Two limits of Pallas interpret mode (JAX 0.10.2) on CPU, and what fastgp does about each:
 
@@ -42,8 +42,13 @@ OP_BACKENDS: dict[Op, tuple[Backend, ...]] = {
 _CALLER: dict[Op, str] = {"penalty": "fastgp", "attention": "fastgp.attention"}
 _NOT_IN_SHARD_MAP: tuple[Backend, ...] = ("interpret", "gpu-interpret")
 
-_attention_auto: contextvars.ContextVar[Backend] = contextvars.ContextVar(
-    "fastgp_attention_auto", default="xla"
+# Per op, the platforms where "auto" is not XLA. The penalty's kernels never beat XLA's fused
+# reduction in the zoo's compiled steps; attention's Mosaic kernels move fewer bytes and peak lower
+# than its XLA loops on every TPU generation measured.
+AUTO: dict[Op, dict[str, Backend]] = {"penalty": {}, "attention": {"tpu": "pallas"}}
+
+_attention_auto: contextvars.ContextVar[Backend | None] = contextvars.ContextVar(
+    "fastgp_attention_auto", default=None
 )
 
 
@@ -56,12 +61,19 @@ def check_name(op: Op, backend: str) -> Backend:
     return backend
 
 
-def resolve(op: Op, backend: str) -> Backend:
-    """The backend that ``op`` runs for ``backend``: ``"auto"`` resolved here and nowhere else."""
+def resolve(op: Op, backend: str, kernels_run_here: Callable[[], bool] = lambda: True) -> Backend:
+    """The backend that ``op`` runs for ``backend``: ``"auto"`` resolved here and nowhere else.
+
+    ``kernels_run_here()``: whether the op's kernels can run on this call's operands as they are
+    sharded; where they cannot, "auto" runs XLA instead of :data:`AUTO`'s kernels."""
     backend = check_name(op, backend)
     if backend != "auto":
         return backend
-    return _attention_auto.get() if op == "attention" else "xla"
+    chosen = _attention_auto.get() if op == "attention" else None
+    if chosen is not None:
+        return chosen
+    platform_choice = AUTO[op].get(jax.default_backend(), "xla")
+    return platform_choice if platform_choice == "xla" or kernels_run_here() else "xla"
 
 
 @contextlib.contextmanager
@@ -70,7 +82,7 @@ def attention_backend(backend: str) -> Iterator[None]:
     ``fastgp.autotune`` tries each attention backend in a critic it does not own. It acts when a
     function is traced: a jitted function already traced keeps the backend it was traced with."""
     backend = check_name("attention", backend)
-    token = _attention_auto.set("xla" if backend == "auto" else backend)
+    token = _attention_auto.set(None if backend == "auto" else backend)
     try:
         yield
     finally:
@@ -134,6 +146,7 @@ def blocking(fn: F, backend: str) -> F:
 
 
 __all__ = [
+    "AUTO",
     "BACKENDS",
     "INTERPRET_BACKENDS",
     "KERNEL_BACKENDS",

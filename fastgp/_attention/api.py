@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from fastgp import _backends as backends
-from fastgp._attention import sequence
+from fastgp._attention import sequence, sharding
 from fastgp._attention.padded import attend
 from fastgp._sharding import mode_of, spec_of
 from fastgp._typing import AxisName
@@ -130,8 +130,9 @@ def attention(
 
     q, k, v: (B, Tq, H, D), (B, Tk, H, D), (B, Tk, H, Dv) floats; ``scale`` 1/sqrt(D) by default;
     ``mask``: (B, Tk) or (B, 1, 1, Tk) bool key padding, True to attend; ``is_causal``: query i
-    sees keys j <= i; ``backend``: "auto" (XLA today, or what ``fastgp.attention_backend``
-    sets), "pallas" (Mosaic TPU kernels), "interpret" or "tpu-interpret" (the kernels on CPU),
+    sees keys j <= i; ``backend``: "auto" (the Mosaic kernels when traced for a TPU where
+    they run per device, else XLA; or what ``fastgp.attention_backend`` sets), "pallas" (Mosaic
+    TPU kernels), "interpret" or "tpu-interpret" (the kernels on CPU),
     "xla" (blockwise loops); ``sample_axis_name``: inside shard_map, the mesh axes the tokens are
     split over (under explicit axes the arrays' types say so). The rest are Flax's attention_fn
     keywords, named so that Linen passes them: ``dtype`` casts q, k, v; dropout (unless
@@ -152,7 +153,9 @@ def attention(
     batch, _, _, d = q.shape
     options = sequence.Options(
         scale=float(d**-0.5 if scale is None else scale),
-        backend=backends.resolve("attention", backend),
+        backend=backends.resolve(
+            "attention", backend, lambda: sharding.kernels_run_per_device(q, k, v)
+        ),
     )
     key_mask = None if mask is None else key_mask_of(mask, batch, k.shape[1])
     axes = collective_axes(sample_axis_name)

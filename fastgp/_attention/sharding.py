@@ -65,6 +65,21 @@ def _specs(args: Sequence[jax.Array], backend: str) -> tuple[Any, Any, list[P]]:
     return batch, heads, specs
 
 
+def kernels_run_per_device(q: jax.Array, k: jax.Array, v: jax.Array) -> bool:
+    """Whether the kernels can run on each device's part of these (B, T, H, D) operands: inside
+    shard_map; under explicit axes when the token and feature axes are whole; in an Auto-sharded
+    program only on one device (over several, only XLA's partitioner can split the work)."""
+    try:
+        mode = mode_of(q, "fastgp.attention")
+    except ValueError:  # a mixed mesh: only XLA runs there
+        return False
+    if mode == "auto":
+        return jax.device_count() == 1
+    if mode == "explicit":
+        return all(spec_of(x)[1] is None and spec_of(x)[3] is None for x in (q, k, v))
+    return True
+
+
 def _varying_alike(args: Sequence[jax.Array]) -> list[jax.Array]:
     """Every operand varying over the same manual axes (a kernel's operands share one type;
     interpret mode checks it), e.g. replicated parameters' tangents beside a sharded batch's."""
@@ -126,4 +141,4 @@ def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.
     return list(run(*args))
 
 
-__all__ = ["bind_per_device"]
+__all__ = ["bind_per_device", "kernels_run_per_device"]
