@@ -20,6 +20,7 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     approximate_r1/long_sequences.json the long ViT's R1 steps on CPU (with attention_tpu.json's)
     approximate_r1/transformer_training.json  the ViT critic trained with each penalty
     attention/jvp_memory.json          a transformer block's JVP memory (recipes.md)
+    attention/auto_cpu.json            with attention_tpu.json: what attention's "auto" runs
 """
 
 import argparse
@@ -527,6 +528,14 @@ def attention_jvp_memory(results):
     return jvp_memory.table(_json_in(results.dir, "attention/jvp_memory.json"))
 
 
+def attention_auto(results):
+    """performance.md's table of the figures behind attention's backend="auto"."""
+    from benchmarks.attention import auto
+
+    records = _json_in(results.dir, "attention/attention_tpu.json")
+    return auto.table(records, _json_in(results.dir, "attention/auto_cpu.json"))
+
+
 BLOCKS = {
     "approximate-r1-ratios": approximate_r1_tables.ratios,
     "approximate-r1-gradients": approximate_r1_tables.gradients,
@@ -534,9 +543,12 @@ BLOCKS = {
     "approximate-r1-training": approximate_r1_tables.training,
     "approximate-r1-long-tpu": approximate_r1_tables.long_tpu,
     "approximate-r1-long-cpu": approximate_r1_tables.long_cpu,
+    "approximate-r1-transformer-training": approximate_r1_tables.transformer_training,
+    "exact-over-approximate": approximate_r1_tables.exact_over_approximate,
     "attention-tpu": attention_tpu,
     "attention-sequence-tpu": attention_sequence_tpu,
     "attention-jvp-memory": attention_jvp_memory,
+    "attention-auto": attention_auto,
     "zoo-headline": zoo_headline,
     "zoo-summary": zoo_summary,
     "zoo-cpu": zoo_cpu,
@@ -561,9 +573,16 @@ SOURCES = {
     "approximate-r1-training": ("approximate_r1/approximate_r1_training.json",),
     "approximate-r1-long-tpu": ("attention/attention_tpu.json",),
     "approximate-r1-long-cpu": ("approximate_r1/long_sequences.json",),
+    "approximate-r1-transformer-training": ("approximate_r1/transformer_training.json",),
+    "exact-over-approximate": (
+        "attention/attention_tpu.json",
+        "approximate_r1/long_sequences.json",
+        "approximate_r1/transformer_training.json",
+    ),
     "attention-tpu": ("attention/attention_tpu.json",),
     "attention-sequence-tpu": ("attention/sequence_tpu.json",),
     "attention-jvp-memory": ("attention/jvp_memory.json",),
+    "attention-auto": ("attention/attention_tpu.json", "attention/auto_cpu.json"),
     "zoo-headline": ("suites/bench.json", "zoo/zoo_tpu.json"),
     "zoo-summary": ("suites/bench.json", "zoo/zoo_tpu.json", "zoo/zoo_capacity.json"),
     "zoo-cpu": ("suites/bench.json",),

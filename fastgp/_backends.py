@@ -42,9 +42,9 @@ OP_BACKENDS: dict[Op, tuple[Backend, ...]] = {
 _CALLER: dict[Op, str] = {"penalty": "fastgp", "attention": "fastgp.attention"}
 _NOT_IN_SHARD_MAP: tuple[Backend, ...] = ("interpret", "gpu-interpret")
 
-# Per op, the platforms where "auto" is not XLA. The penalty's kernels never beat XLA's fused
-# reduction in the zoo's compiled steps; attention's Mosaic kernels move fewer bytes and peak lower
-# than its XLA loops on every TPU generation measured.
+# Per op, the platforms where "auto" is not XLA (figures: docs/performance.md). The penalty's
+# kernels do not beat XLA's fused reduction in the zoo's compiled steps. Attention's Mosaic kernels
+# keep each score tile in VMEM where XLA's loops write every tile to HBM.
 AUTO: dict[Op, dict[str, Backend]] = {"penalty": {}, "attention": {"tpu": "pallas"}}
 
 _attention_auto: contextvars.ContextVar[Backend | None] = contextvars.ContextVar(

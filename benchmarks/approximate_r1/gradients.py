@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import benchmarks
+from benchmarks import records
 from benchmarks.tables import markdown_table
 from fastgp import approximate_r1, gradient_penalty
 from fastgp.train.models import mlp
@@ -112,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             row = compare(activation, sigma, args.draws)
             print(json.dumps(row), flush=True)
             result["rows"].append(row)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
+    records.write(args.out, result, markdown)
     return 0
 
 

@@ -24,16 +24,13 @@ tables are rendered. The one-chip TPU figures of the same critic are ``benchmark
 import argparse
 import functools
 import json
-import os
-import platform
-import subprocess
 import sys
 
 import jax
 import numpy as np
 
 import benchmarks
-from benchmarks import workloads
+from benchmarks import records, workloads
 from benchmarks.zoo import critics as zoo
 from fastgp import _compiled as cf
 from fastgp import attention
@@ -89,14 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     result = {
         "argv": sys.argv[1:] if argv is None else list(argv),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
-        f"{platform.python_version()}, JAX {jax.__version__}",
-        "commit": commit,
+        **records.provenance(),
         "rounds": args.rounds,
         "rows": [],
     }

@@ -33,7 +33,7 @@ import numpy as np
 import optax
 
 import benchmarks
-from benchmarks import workloads
+from benchmarks import records, workloads
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import approximate_r1, gradient_penalty, interpolate
@@ -224,9 +224,7 @@ def main(argv=None) -> int:
         times.update(step_times(spec, params, real, fake, args.rounds))
         print(json.dumps(times), flush=True)
         result["times"].append(times)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
+    records.write(args.out, result, markdown)
     return 0
 
 

@@ -133,9 +133,10 @@ def training(results):
 # Long ViT critic steps: the rows of the cost table, as (label, attention/variant record name).
 LONG_TPU_ROWS = (
     ("no penalty (fastgp flash)", "flash/plain"),
-    ("no penalty (JAX flash)", "jax-flash/plain"),
+    ("no penalty (JAX flash*)", "jax-flash/plain"),
     ("exact R1 (fastgp flash)", "flash/exact-r1"),
-    ("approximate_r1 (JAX flash)", "jax-flash/approximate-r1"),
+    ("approximate_r1 (fastgp flash)", "flash/approximate-r1"),
+    ("approximate_r1 (JAX flash*)", "jax-flash/approximate-r1"),
     ("WGAN-GP (fastgp flash)", "flash/fastgp"),
 )
 LAZY_EVERY = (4, 16)
@@ -246,3 +247,94 @@ def long_cpu(results):
             )
     head = ["tokens (batch)", "critic step", "ms", "over exact R1", "temporaries MiB"]
     return markdown_table(head, rows)
+
+
+def transformer_training(results):
+    """Per penalty of the ViT digits runs: each seed's C2ST and Frechet distance, the classes
+    covered, how many runs collapsed and the median train_s."""
+    from benchmarks.approximate_r1.transformer_training import collapsed
+
+    groups: dict[str, list[dict]] = {}
+    for run in _load(results, "transformer_training.json")["runs"]:
+        groups.setdefault(run["penalty"], []).append(run)
+    rows = []
+    for penalty, runs in groups.items():
+        runs = sorted(runs, key=lambda r: r["seed"])
+        finished = [r for r in runs if not r.get("failed")]
+        rows.append(
+            [
+                penalty,
+                ", ".join(str(r["seed"]) for r in runs),
+                "; ".join(
+                    "failed" if r.get("failed") else f"{r['c2st_accuracy']:.3f}" for r in runs
+                ),
+                "; ".join("-" if r.get("failed") else f"{r['frechet_distance']:.2f}" for r in runs),
+                "; ".join("-" if r.get("failed") else str(r["classes_covered"]) for r in runs),
+                f"{sum(collapsed(r) for r in runs)} / {len(runs)}",
+                f"{statistics.median(r['train_s'] for r in finished):.0f}" if finished else "-",
+            ]
+        )
+    head = [
+        *("penalty", "seeds", "C2ST per seed", "Frechet per seed", "classes per seed"),
+        *("collapsed", "median train_s"),
+    ]
+    return markdown_table(head, rows)
+
+
+def _span(values, fmt="{:.2f}"):
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return low if low == high else f"{low}\N{EN DASH}{high}"
+
+
+def exact_over_approximate(results):
+    """The practitioner's answer in one sentence, from the three results files: exact R1's cost
+    over approximate_r1's on the long ViT (v5e compiles, CPU times), and how often each penalty's
+    ViT training runs collapsed."""
+    from benchmarks.approximate_r1.transformer_training import collapsed
+
+    compiled = pathlib.Path(results.dir) / "attention" / "attention_tpu.json"
+    records = json.loads(compiled.read_text())
+    at = {
+        (r["tokens"], r["variant"]): r
+        for r in records
+        if r["generation"] == "v5e" and r["fits"] and r["batch"] == _probe_batch(r["tokens"])
+    }
+    tokens = sorted(t for t, v in at if v == "flash/exact-r1" and (t, "flash/approximate-r1") in at)
+    exact = [at[t, "flash/exact-r1"] for t in tokens]
+    ours = [at[t, "flash/approximate-r1"] for t in tokens]
+    jax_flash = [at[t, "jax-flash/approximate-r1"] for t in tokens]
+    times = _load(results, "long_sequences.json")["rows"]
+    cpu_tokens = sorted({r["tokens"] for r in times})
+    seconds = {(r["tokens"], r["variant"]): r["seconds"] for r in times}
+    cpu = [
+        seconds[t, "fastgp/exact-r1"]
+        / min(seconds[t, "fastgp/approximate-r1"], seconds[t, "dpa/approximate-r1"])
+        for t in cpu_tokens
+    ]
+    runs: dict[str, list[dict]] = {}
+    for run in _load(results, "transformer_training.json")["runs"]:
+        runs.setdefault(run["penalty"], []).append(run)
+    names = {
+        "exact-r1": "exact R1",
+        "apt": "approximate_r1 at APT's λ = 100",
+        "apt-rule": "approximate_r1 at the λσ² weight",
+        "exact-r1-apt": "exact R1 at APT's effective weight λσ²",
+        "lazy-r1-16": "lazy exact R1 every 16 steps",
+        "wgan-gp": "WGAN-GP",
+    }
+    outcomes = ", ".join(
+        f"{names[p]} {sum(collapsed(r) for r in rs)} of {len(rs)}" for p, rs in runs.items()
+    )
+
+    def ratios(key, over):
+        return _span([e[key] / o[key] for e, o in zip(exact, over, strict=True)])
+
+    return (
+        f"on one v5e chip at {_span(tokens, '{:,}')} tokens, exact R1's critic step costs "
+        f"{ratios('flops', ours)}x approximate_r1's flops and {ratios('bytes', ours)}x its bytes "
+        f"(both through fastgp's kernels, counted alike), and {ratios('peak', ours)}x its peak "
+        f"memory there but {ratios('peak', jax_flash)}x the peak of approximate_r1 through JAX's "
+        f"flash attention; on CPU at "
+        f"{_span(cpu_tokens, '{:,}')} tokens it takes {_span(cpu)}x the faster approximate "
+        f"step's time. Training the digits ViT, the runs that collapsed: {outcomes}"
+    )

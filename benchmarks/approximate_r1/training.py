@@ -22,15 +22,14 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
 
 import benchmarks
+from benchmarks import records
 from benchmarks.tables import markdown_table
 
-HERE = pathlib.Path(__file__).resolve().parent
 RESULTS = benchmarks.RESULTS / "approximate_r1"
 RECIPE_WEIGHT = {"8gaussians": 1.0, "25gaussians": 1.0, "swissroll": 1.0, "digits": 10.0}
 QUALITY_KEYS = (
@@ -152,17 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         "--append", action="store_true", help="add the runs to those already in --out's json"
     )
     args = parser.parse_args(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-    ).stdout.strip()
-    result = {
-        "argv": sys.argv[1:] if argv is None else list(argv),
-        "invocations": [sys.argv[1:] if argv is None else list(argv)],
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
-        f"{platform.python_version()}",
-        "commit": commit,
-        "runs": [],
-    }
+    invocation = sys.argv[1:] if argv is None else list(argv)
+    result = {"argv": invocation, "invocations": [invocation], **records.provenance(), "runs": []}
     if args.append:
         earlier = json.loads(args.out.with_suffix(".json").read_text())
         result["invocations"] = [*earlier.get("invocations", [earlier["argv"]]), result["argv"]]
@@ -175,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = run_one(dataset, seed, sigma, steps)
                 print(json.dumps(row), flush=True)
                 result["runs"].append(row)
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-                args.out.with_suffix(".md").write_text(markdown(result))
+                records.write(args.out, result, markdown)
     return 0
 
 

@@ -1,8 +1,8 @@
 """Training a transformer critic with exact R1, APT's approximate R1, WGAN-GP and lazy R1.
 
     JAX_PLATFORMS=cpu python -m benchmarks.approximate_r1.transformer_training
-        [--seeds 0 1 2] [--penalties exact-r1 apt apt-rule wgan-gp lazy-r1-16] [--steps N]
-        [--append]
+        [--seeds 0 1 2] [--penalties exact-r1 apt apt-rule exact-r1-apt wgan-gp lazy-r1-16]
+        [--steps N] [--append]
     -> benchmarks/results/approximate_r1/transformer_training.{json,md}
 
 Each run is one ``fastgp train --dataset digits --critic vit`` in a fresh --out, the ViT recipe
@@ -11,6 +11,7 @@ otherwise (W = 10, its weight). The penalties:
     exact-r1     --gp-kind r1 --gp-weight W
     apt          --gp-kind approximate-r1 --gp-sigma 0.01 --gp-weight 100   (APT's lambda, sigma)
     apt-rule     --gp-kind approximate-r1 --gp-sigma 0.01 --gp-weight W / 0.01**2
+    exact-r1-apt --gp-kind r1 --gp-weight 100 * 0.01**2   (exact R1 at APT's effective weight)
     wgan-gp      --gp-kind wgan-gp --gp-weight W
     lazy-r1-16   --gp-kind r1 --gp-weight W --gp-every 16   (the trainer scales the weight by 16)
 
@@ -21,30 +22,34 @@ order with the seed so the shared machine's load meets each.
 
 import argparse
 import json
-import os
 import pathlib
-import platform
 import subprocess
 import sys
 
 import benchmarks
+from benchmarks import records
 from benchmarks.approximate_r1.training import quality, train
 from benchmarks.tables import markdown_table
 
-HERE = pathlib.Path(__file__).resolve().parent
 RESULTS = benchmarks.RESULTS / "approximate_r1"
 WEIGHT = 10.0  # the ViT digits recipe's
 SIGMA = 0.01  # APT's for images
+APT_WEIGHT = 100.0  # APT's lambda
 PENALTIES = {
     "exact-r1": ["--gp-kind", "r1", "--gp-weight", f"{WEIGHT:g}"],
-    "apt": ["--gp-kind", "approximate-r1", "--gp-sigma", f"{SIGMA:g}", "--gp-weight", "100"],
+    "apt": [
+        *("--gp-kind", "approximate-r1", "--gp-sigma", f"{SIGMA:g}"),
+        *("--gp-weight", f"{APT_WEIGHT:g}"),
+    ],
     "apt-rule": [
         *("--gp-kind", "approximate-r1", "--gp-sigma", f"{SIGMA:g}"),
         *("--gp-weight", f"{WEIGHT / SIGMA**2:g}"),
     ],
+    "exact-r1-apt": ["--gp-kind", "r1", "--gp-weight", f"{APT_WEIGHT * SIGMA**2:g}"],
     "wgan-gp": ["--gp-kind", "wgan-gp", "--gp-weight", f"{WEIGHT:g}"],
     "lazy-r1-16": ["--gp-kind", "r1", "--gp-weight", f"{WEIGHT:g}", "--gp-every", "16"],
 }
+DEFAULT_PENALTIES = ["exact-r1", "apt", "apt-rule", "wgan-gp", "lazy-r1-16"]
 MIN_CLASSES = 8
 MAX_C2ST = 0.95
 
@@ -117,7 +122,7 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--penalties", nargs="+", choices=PENALTIES, default=list(PENALTIES))
+    parser.add_argument("--penalties", nargs="+", choices=PENALTIES, default=DEFAULT_PENALTIES)
     parser.add_argument("--steps", type=int, help="default: the ViT recipe's")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "transformer_training")
     parser.add_argument(
@@ -125,16 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     invocation = sys.argv[1:] if argv is None else list(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-    ).stdout.strip()
-    result = {
-        "invocations": [invocation],
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
-        f"{platform.python_version()}",
-        "commit": commit,
-        "runs": [],
-    }
+    result = {"invocations": [invocation], **records.provenance(), "runs": []}
     if args.append:
         earlier = json.loads(args.out.with_suffix(".json").read_text())
         result["invocations"] = [*earlier["invocations"], invocation]
@@ -145,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             row = run_one(penalty, seed, args.steps)
             print(json.dumps(row), flush=True)
             result["runs"].append(row)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-            args.out.with_suffix(".md").write_text(markdown(result))
+            records.write(args.out, result, markdown)
     return 0
 
 

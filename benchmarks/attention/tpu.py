@@ -16,7 +16,9 @@ kernels with the default penalty or ``second_order="reverse"``; ``flash-xla``: i
 loops; first order (no penalty): ``flash/plain`` against JAX's own Pallas ``flash_attention``
 (``jax-flash/plain``), which has no second order; R1 at the reals: exact through ``flash``
 (``flash/exact-r1``) against ``fastgp.approximate_r1`` through JAX's (``jax-flash/approximate-r1``,
-``workloads.APPROXIMATE_SIGMA``). Flops and bytes of a Pallas call are its own
+``workloads.APPROXIMATE_SIGMA``), and through fastgp's (``flash/approximate-r1``): JAX's backward
+kernels declare no cost estimate, so XLA counts no flops for them, and only fastgp's kernels give
+both penalties' flops and bytes by one count. Flops and bytes of a Pallas call are its own
 ``pl.CostEstimate``; peak memory and capacity are measured by the compiler.
 
 Results go to ``results/attention/attention_tpu.{json,md}``; compiled records are reused (delete
@@ -71,6 +73,7 @@ VARIANTS = {
     "jax-flash/plain": ("jax-flash", "plain"),
     "flash/exact-r1": ("flash", "exact-r1"),
     "jax-flash/approximate-r1": ("jax-flash", "approximate-r1"),
+    "flash/approximate-r1": ("flash", "approximate-r1"),
 }
 
 
@@ -78,8 +81,15 @@ def _records():
     return json.loads(RECORDS.read_text()) if RECORDS.exists() else []
 
 
+def _key(record):
+    return tuple(record[k] for k in ("generation", "tokens", "variant", "batch"))
+
+
 def _save(records):
+    """Write ``records`` with any another run wrote meanwhile (its records are kept)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    mine = {_key(r) for r in records}
+    records[:0] = [r for r in _records() if _key(r) not in mine]
     RECORDS.write_text(json.dumps(records, indent=1) + "\n")
 
 
