@@ -25,6 +25,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 import benchmarks
 from benchmarks import records
@@ -152,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     invocation = sys.argv[1:] if argv is None else list(argv)
-    result = {"argv": invocation, "invocations": [invocation], **records.provenance(), "runs": []}
+    result: dict[str, Any] = {
+        "argv": invocation,
+        "invocations": [invocation],
+        **records.provenance(),
+        "runs": [],
+    }
     if args.append:
         earlier = json.loads(args.out.with_suffix(".json").read_text())
         result["invocations"] = [*earlier.get("invocations", [earlier["argv"]]), result["argv"]]

@@ -25,6 +25,7 @@ import json
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import benchmarks
 from benchmarks import records
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     invocation = sys.argv[1:] if argv is None else list(argv)
-    result = {"invocations": [invocation], **records.provenance(), "runs": []}
+    result: dict[str, Any] = {"invocations": [invocation], **records.provenance(), "runs": []}
     if args.append:
         earlier = json.loads(args.out.with_suffix(".json").read_text())
         result["invocations"] = [*earlier["invocations"], invocation]

@@ -54,12 +54,11 @@ def block(params, x, attention_fn):
 
 
 def attentions(platform: str) -> dict:
-    causal = dict(is_causal=True)
     found = {
         "fastgp": functools.partial(
-            attention, **causal, backend="pallas" if platform == "tpu" else "auto"
+            attention, is_causal=True, backend="pallas" if platform == "tpu" else "auto"
         ),
-        "softmax": functools.partial(jax.nn.dot_product_attention, **causal),
+        "softmax": functools.partial(jax.nn.dot_product_attention, is_causal=True),
     }
     if platform == "tpu":
         found["jax-flash"] = functools.partial(jax_flash_attention, causal=True)
