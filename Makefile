@@ -27,11 +27,11 @@ lint: $(STAMP)
 	cd $(TYPECHECK) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml
 
 test: lint
-	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --benchmark-disable -q
+	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --dist worksteal --benchmark-disable -q
 
 # The fast subset: everything but the end-to-end runs and the TPU compilations (`-m slow`, `-m aot`).
 check: lint
-	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --benchmark-disable -q -m "not slow and not aot"
+	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --dist worksteal --benchmark-disable -q -m "not slow and not aot"
 
 train: $(STAMP)
 	JAX_PLATFORMS=cpu $(VENV)/bin/fastgp train --out runs/$$(date +%Y%m%d-%H%M%S)

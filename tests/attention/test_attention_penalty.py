@@ -106,6 +106,7 @@ def test_penalty_through_attention_equals_naive(kind, second_order, backend):
         assert rel_err(g, w) < 1e-5, name
 
 
+@pytest.mark.slow  # a third-order program through remat and attention
 @pytest.mark.parametrize("remat", ["nothing", "dots"])
 def test_penalty_through_causal_attention_with_remat(remat):
     params, x, direction = data()

@@ -115,6 +115,7 @@ def test_the_pages_with_code_are_found():
     assert {"README.md", "recipes.md", "api.md"} <= names, names
 
 
+@pytest.mark.slow  # every block of a page, twice: end-to-end runs of the docs
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda page: page.name)
 def test_page_code_runs_and_equals_the_naive_penalty(page):
     ours = run_page(page, fastgp.gradient_penalty)

@@ -88,6 +88,7 @@ def test_vit_critic_shapes_bf16_and_refusals():
 # --- the penalty through it ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,patch", [("wgan-gp", 2), ("r1", 4)])
 def test_penalty_through_the_vit_matches_the_naive_penalty(kind, patch):
     """fastgp.gradient_penalty through the ViT (attention by fastgp.attention; 16 tokens of 2x2
@@ -100,6 +101,7 @@ def test_penalty_through_the_vit_matches_the_naive_penalty(kind, patch):
     assert errors.hvp is not None and errors.hvp <= 1e-5
 
 
+@pytest.mark.slow
 def test_naive_penalty_through_fastgp_attention_equals_plain_attention():
     """The naive penalty's value, parameter gradient and HVP (third derivatives of the critic)
     are the same whether the ViT attends with ``fastgp.attention`` or with plain jnp."""
