@@ -482,8 +482,13 @@ def digits_runs(results):
 
 
 def attention_tpu(results):
-    """performance.md's table of the long-sequence ViT critic steps compiled for TPU chips."""
-    records = _json_in(results.dir, "attention/attention_tpu.json")
+    """performance.md's table of the long-sequence ViT critic steps compiled for TPU chips (the
+    R1 steps have their own, ``approximate_r1.tables.long_tpu``)."""
+    records = [
+        r
+        for r in _json_in(results.dir, "attention/attention_tpu.json")
+        if not r["variant"].endswith("-r1")
+    ]
     order = {g: i for i, g in enumerate(("v5e", "v6e", "v5p", "7x"))}
     rows = []
     for r in sorted(
