@@ -319,6 +319,8 @@ def exact_over_approximate(results):
         "apt": "approximate_r1 at APT's λ = 100",
         "apt-rule": "approximate_r1 at the λσ² weight",
         "exact-r1-apt": "exact R1 at APT's effective weight λσ²",
+        "exact-r1-100": "exact R1 at weight 100",
+        "apt-rule-100": "approximate_r1 at the λσ² weight for 100",
         "lazy-r1-16": "lazy exact R1 every 16 steps",
         "wgan-gp": "WGAN-GP",
     }

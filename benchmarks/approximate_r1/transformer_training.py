@@ -1,7 +1,7 @@
 """Training a transformer critic with exact R1, APT's approximate R1, WGAN-GP and lazy R1.
 
     JAX_PLATFORMS=cpu python -m benchmarks.approximate_r1.transformer_training
-        [--seeds 0 1 2] [--penalties exact-r1 apt apt-rule exact-r1-apt wgan-gp lazy-r1-16]
+        [--seeds 0 1 2] [--penalties exact-r1 apt apt-rule wgan-gp lazy-r1-16 ...]
         [--steps N] [--append]
     -> benchmarks/results/approximate_r1/transformer_training.{json,md}
 
@@ -12,6 +12,7 @@ otherwise (W = 10, its weight). The penalties:
     apt          --gp-kind approximate-r1 --gp-sigma 0.01 --gp-weight 100   (APT's lambda, sigma)
     apt-rule     --gp-kind approximate-r1 --gp-sigma 0.01 --gp-weight W / 0.01**2
     exact-r1-apt --gp-kind r1 --gp-weight 100 * 0.01**2   (exact R1 at APT's effective weight)
+    exact-r1-100, apt-rule-100   exact-r1 and apt-rule at weight 100 in place of W
     wgan-gp      --gp-kind wgan-gp --gp-weight W
     lazy-r1-16   --gp-kind r1 --gp-weight W --gp-every 16   (the trainer scales the weight by 16)
 
@@ -36,6 +37,7 @@ RESULTS = benchmarks.RESULTS / "approximate_r1"
 WEIGHT = 10.0  # the ViT digits recipe's
 SIGMA = 0.01  # APT's for images
 APT_WEIGHT = 100.0  # APT's lambda
+STRONG_WEIGHT = 100.0  # ten times the recipe's, for R1 by both penalties
 PENALTIES = {
     "exact-r1": ["--gp-kind", "r1", "--gp-weight", f"{WEIGHT:g}"],
     "apt": [
@@ -47,6 +49,11 @@ PENALTIES = {
         *("--gp-weight", f"{WEIGHT / SIGMA**2:g}"),
     ],
     "exact-r1-apt": ["--gp-kind", "r1", "--gp-weight", f"{APT_WEIGHT * SIGMA**2:g}"],
+    "exact-r1-100": ["--gp-kind", "r1", "--gp-weight", f"{STRONG_WEIGHT:g}"],
+    "apt-rule-100": [
+        *("--gp-kind", "approximate-r1", "--gp-sigma", f"{SIGMA:g}"),
+        *("--gp-weight", f"{STRONG_WEIGHT / SIGMA**2:g}"),
+    ],
     "wgan-gp": ["--gp-kind", "wgan-gp", "--gp-weight", f"{WEIGHT:g}"],
     "lazy-r1-16": ["--gp-kind", "r1", "--gp-weight", f"{WEIGHT:g}", "--gp-every", "16"],
 }
