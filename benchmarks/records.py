@@ -1,7 +1,9 @@
 """What a study's results file records besides its rows, and how it is written.
 
-provenance()              -> {"machine": ..., "commit": ...} of this run
-write(out, result, page)  -> out.json (``result``) and out.md (``page(result)``)
+provenance()                     -> {"machine": ..., "commit": ...} of this run
+write(out, result, page)         -> out.json (``result``) and out.md (``page(result)``)
+runs(out, invocation, append)    -> a study of one row per run, started or continued
+add_run(out, result, row, page)  -> the row printed, kept and both files written
 """
 
 import json
@@ -35,3 +37,29 @@ def write(out: pathlib.Path, result: dict[str, Any], page: Callable[[dict], str]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(page(result))
+
+
+def runs(out: pathlib.Path, invocation: list[str], append: bool) -> dict[str, Any]:
+    """A study with one row per run: its invocations, provenance and runs; with ``append``, the
+    invocations and runs already in ``out``'s json come first."""
+    result: dict[str, Any] = {
+        "argv": invocation,
+        "invocations": [invocation],
+        **provenance(),
+        "runs": [],
+    }
+    if append:
+        earlier = json.loads(out.with_suffix(".json").read_text())
+        result["invocations"] = [*earlier.get("invocations", [earlier["argv"]]), invocation]
+        result["runs"] = earlier["runs"]
+    return result
+
+
+def add_run(
+    out: pathlib.Path, result: dict[str, Any], row: dict[str, Any], page: Callable[[dict], str]
+) -> None:
+    """Print ``row``, add it to ``result``'s runs and write both files, so a run that stops
+    later keeps every finished row."""
+    print(json.dumps(row), flush=True)
+    result["runs"].append(row)
+    write(out, result, page)

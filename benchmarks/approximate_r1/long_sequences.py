@@ -39,8 +39,13 @@ from fastgp._timing import interleaved_times
 RESULTS = benchmarks.RESULTS / "approximate_r1"
 OUT = RESULTS / "long_sequences.json"
 ATTENTION = {"fastgp": attention, "dpa": jax.nn.dot_product_attention}
-STEPS = {"plain": "plain", "exact-r1": "exact-r1", "approximate-r1": "approximate-r1"}
-STEPS["wgan-gp"] = "fastgp"  # the workloads' name of the default WGAN-GP penalty
+# penalty: its ``workloads.critic_step`` variant ("fastgp" is the default WGAN-GP penalty)
+STEPS = {
+    "plain": "plain",
+    "exact-r1": "exact-r1",
+    "approximate-r1": "approximate-r1",
+    "wgan-gp": "fastgp",
+}
 VARIANTS = (
     "fastgp/plain",
     "dpa/plain",
@@ -52,7 +57,7 @@ VARIANTS = (
 )
 
 
-def spec_of(tokens: int, variant: str, batch: int) -> workloads.CriticSpec:
+def critic_spec(tokens: int, variant: str, batch: int) -> workloads.CriticSpec:
     attention_name = variant.split("/")[0]
     return zoo.long_spec(tokens, ATTENTION[attention_name], batch=batch, dtype=np.float32)
 
@@ -61,7 +66,7 @@ def measure(tokens: int, batch: int, rounds: int) -> list[dict]:
     """Per variant: the median step seconds and the compiled temporaries at ``tokens``."""
     calls, temps = {}, {}
     for variant in VARIANTS:
-        spec = spec_of(tokens, variant, batch)
+        spec = critic_spec(tokens, variant, batch)
         step = jax.jit(workloads.critic_step(spec, STEPS[variant.split("/")[1]]))
         args = workloads.inputs(spec)
         temps[variant] = cf.figures(step.lower(*args).compile())["temp"]

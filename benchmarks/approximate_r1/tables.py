@@ -142,10 +142,6 @@ LONG_TPU_ROWS = (
 LAZY_EVERY = (4, 16)
 
 
-def _probe_batch(tokens):
-    return 4 if tokens >= 16384 else 8
-
-
 def _largest_batch(records, tokens, variant):
     """The largest batch on record that compiled within HBM, and whether twice it did not."""
     mine = [r for r in records if (r["tokens"], r["variant"]) == (tokens, variant)]
@@ -159,20 +155,23 @@ def _largest_batch(records, tokens, variant):
     return str(best) if exhausted else f">= {best}"
 
 
-def _lazy(exact, plain, every):
-    """Lazy R1 every ``every`` steps: one exact step and every - 1 plain ones, per step."""
-    amortised = {k: (exact[k] + (every - 1) * plain[k]) / every for k in ("flops", "bytes")}
-    return {**amortised, "peak": exact["peak"], "batch": exact["batch"]}
+def _lazy(exact, plain, every, keys=("flops", "bytes")):
+    """Lazy R1 every ``every`` steps: one exact step and every - 1 plain ones, per step (each of
+    ``keys`` amortised; the rest, such as the peak and batch, the exact step's)."""
+    amortised = {k: (exact[k] + (every - 1) * plain[k]) / every for k in keys}
+    return {**exact, **amortised}
 
 
 def long_tpu(results, generation="v5e"):
     """Per token count and step: per-sample TFLOP and GB, peak GiB at the probe batch, each over
     exact R1's, and the largest batch that compiles, for one ``generation`` chip."""
+    from benchmarks.attention.tpu import probe_batch  # the compiles' own (it imports JAX)
+
     compiled = pathlib.Path(results.dir) / "attention" / "attention_tpu.json"
     records = [r for r in json.loads(compiled.read_text()) if r["generation"] == generation]
     rows = []
     for tokens in sorted({r["tokens"] for r in records}):
-        batch = _probe_batch(tokens)
+        batch = probe_batch(tokens)
         at = {
             r["variant"]: r
             for r in records
@@ -226,22 +225,18 @@ def long_cpu(results):
     for tokens in sorted({r["tokens"] for r in found["rows"]}):
         at = {r["variant"]: r for r in found["rows"] if r["tokens"] == tokens}
         exact, plain = at["fastgp/exact-r1"], at["fastgp/plain"]
-        steps = [(labels[v], r["seconds"], f"{r['temp'] / 2**20:,.0f}") for v, r in at.items()]
+        steps = [(labels[v], r, f"{r['temp'] / 2**20:,.0f}") for v, r in at.items()]
         steps += [
-            (
-                f"lazy exact R1 every {k} (amortised)",
-                (exact["seconds"] + (k - 1) * plain["seconds"]) / k,
-                "-",
-            )
+            (f"lazy exact R1 every {k} (amortised)", _lazy(exact, plain, k, ("seconds",)), "-")
             for k in LAZY_EVERY
         ]
-        for label, seconds, temp in steps:
+        for label, r, temp in steps:
             rows.append(
                 [
                     f"{tokens:,} ({exact['batch']})",
                     label,
-                    f"{seconds * 1e3:,.0f}",
-                    f"{seconds / exact['seconds']:.2f}x",
+                    f"{r['seconds'] * 1e3:,.0f}",
+                    f"{r['seconds'] / exact['seconds']:.2f}x",
                     temp,
                 ]
             )
@@ -291,13 +286,14 @@ def exact_over_approximate(results):
     over approximate_r1's on the long ViT (v5e compiles, CPU times), and how often each penalty's
     ViT training runs collapsed."""
     from benchmarks.approximate_r1.transformer_training import collapsed
+    from benchmarks.attention.tpu import probe_batch
 
     compiled = pathlib.Path(results.dir) / "attention" / "attention_tpu.json"
     records = json.loads(compiled.read_text())
     at = {
         (r["tokens"], r["variant"]): r
         for r in records
-        if r["generation"] == "v5e" and r["fits"] and r["batch"] == _probe_batch(r["tokens"])
+        if r["generation"] == "v5e" and r["fits"] and r["batch"] == probe_batch(r["tokens"])
     }
     tokens = sorted(t for t, v in at if v == "flash/exact-r1" and (t, "flash/approximate-r1") in at)
     exact = [at[t, "flash/exact-r1"] for t in tokens]

@@ -25,7 +25,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-from typing import Any
 
 import benchmarks
 from benchmarks import records
@@ -153,25 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     invocation = sys.argv[1:] if argv is None else list(argv)
-    result: dict[str, Any] = {
-        "argv": invocation,
-        "invocations": [invocation],
-        **records.provenance(),
-        "runs": [],
-    }
-    if args.append:
-        earlier = json.loads(args.out.with_suffix(".json").read_text())
-        result["invocations"] = [*earlier.get("invocations", [earlier["argv"]]), result["argv"]]
-        result["runs"] = earlier["runs"]
+    result = records.runs(args.out, invocation, args.append)
     for dataset in args.datasets:
         steps = args.digits_steps if dataset == "digits" else None
         for seed in args.seeds:
             sigmas: list[float | None] = [None, *args.sigmas]
             for sigma in sigmas if seed % 2 == 0 else sigmas[::-1]:
                 row = run_one(dataset, seed, sigma, steps)
-                print(json.dumps(row), flush=True)
-                result["runs"].append(row)
-                records.write(args.out, result, markdown)
+                records.add_run(args.out, result, row, markdown)
     return 0
 
 

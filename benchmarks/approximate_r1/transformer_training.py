@@ -22,11 +22,9 @@ order with the seed so the shared machine's load meets each.
 """
 
 import argparse
-import json
 import pathlib
 import subprocess
 import sys
-from typing import Any
 
 import benchmarks
 from benchmarks import records
@@ -138,18 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     invocation = sys.argv[1:] if argv is None else list(argv)
-    result: dict[str, Any] = {"invocations": [invocation], **records.provenance(), "runs": []}
-    if args.append:
-        earlier = json.loads(args.out.with_suffix(".json").read_text())
-        result["invocations"] = [*earlier["invocations"], invocation]
-        result["runs"] = earlier["runs"]
+    result = records.runs(args.out, invocation, args.append)
     for seed in args.seeds:
         shift = seed % len(args.penalties)
         for penalty in args.penalties[shift:] + args.penalties[:shift]:
-            row = run_one(penalty, seed, args.steps)
-            print(json.dumps(row), flush=True)
-            result["runs"].append(row)
-            records.write(args.out, result, markdown)
+            records.add_run(args.out, result, run_one(penalty, seed, args.steps), markdown)
     return 0
 
 

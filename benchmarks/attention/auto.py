@@ -23,9 +23,11 @@ import numpy as np
 
 import benchmarks
 from benchmarks import workloads
+from benchmarks.attention.tpu import probe_batch
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import attention
+from fastgp._backends import AUTO
 from fastgp._timing import interleaved_times
 
 RESULTS = benchmarks.RESULTS / "attention"
@@ -50,7 +52,7 @@ def table(records: list[dict], cpu: dict) -> list[str]:
     fitted = {
         (r["generation"], r["tokens"], r["variant"]): r
         for r in records
-        if r["fits"] and r["batch"] == (4 if r["tokens"] >= 16384 else 8)
+        if r["fits"] and r["batch"] == probe_batch(r["tokens"])
     }
     for generation, tokens, _ in sorted(k for k in fitted if k[2] == "flash-xla/fastgp"):
         kernels = fitted.get((generation, tokens, "flash/fastgp"))
@@ -63,7 +65,7 @@ def table(records: list[dict], cpu: dict) -> list[str]:
                 f"{kernels['peak'] / 2**30:.2f} GiB, {kernels['bytes'] / 1e9:.1f} GB",
                 f"{loops['peak'] / 2**30:.2f} GiB, >= {loops['bytes'] / 1e9:.1f} GB",
                 f"{kernels['peak'] / loops['peak']:.2f}x",
-                "pallas",
+                AUTO["attention"].get("tpu", "xla"),
             ]
         )
     rows.append(
@@ -72,7 +74,7 @@ def table(records: list[dict], cpu: dict) -> list[str]:
             f"{cpu['times']['interpret'] * 1e3:,.0f} ms (interpret mode)",
             f"{cpu['times']['xla'] * 1e3:,.0f} ms",
             f"{cpu['times']['interpret'] / cpu['times']['xla']:.1f}x (time)",
-            "xla",
+            AUTO["attention"].get("cpu", "xla"),
         ]
     )
     head = ["platform, critic step", "kernels", "XLA loops", "kernels / XLA (peak)", "auto runs"]

@@ -86,7 +86,7 @@ def _key(record):
 
 
 def _save(records):
-    """Write ``records`` with any another run wrote meanwhile (its records are kept)."""
+    """Write ``records``, keeping (and adding to ``records``) those another run wrote meanwhile."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     mine = {_key(r) for r in records}
     records[:0] = [r for r in _records() if _key(r) not in mine]

@@ -4,14 +4,13 @@ its flag, and a checkpointed run that resumes exactly."""
 
 import functools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_cli
 from test_data_models import _block_maxima
 
 import fastgp
@@ -189,17 +188,9 @@ def test_resuming_with_another_critic_is_refused_and_old_checkpoints_are_conv():
 # --- end to end: the check and a checkpointed run ------------------------------------------------
 
 
-def _cli(env, *args, timeout=600):
-    proc = subprocess.run(
-        [sys.executable, "-m", "fastgp.train.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+def _cli(env, *args):
+    """``fastgp ARGS`` run to success: its last JSON line."""
+    return test_cli.last_json(test_cli.fastgp(env, *args, timeout=600).stdout)
 
 
 @pytest.mark.slow
