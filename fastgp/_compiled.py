@@ -4,7 +4,8 @@
     tpu_devices(topology)           -> every compile-only device of a topology ("v5p:2x2x2")
     lower_for(device, fn, *args)    -> the lowered program of ``jax.jit(fn)`` on that device
     compile_for(device, fn, *args)  -> the compiled program of ``jax.jit(fn)`` on that device
-    figures(compiled)               -> dict: flops, bytes, copies, async copies, memory, kernel
+    figures(compiled)               -> dict: flops, bytes, copies, async copies, memory, kernels,
+                                       loops
     count_copies(hlo_text)          -> {"copy": n, "copy-start": m} outside fused computations
     is_out_of_memory(error)         -> whether a compile failed for want of HBM
     roofline_s(figures, generation) -> max(flops / peak flops, bytes / HBM bandwidth), seconds
@@ -19,7 +20,9 @@ counts ``copy`` instructions that run as ops of their own (relayouts, and moves 
 spaces), not the ``copy`` roots of fusions, which are part of a fused loop; ``async_copies``
 counts ``copy-start``, the asynchronous prefetches that memory-space assignment schedules.
 ``argument``, ``output``, ``alias``, ``temp`` and ``peak`` are the memory analysis' sizes in bytes
-(``peak``: the most HBM live at once). ``kernel``: the program contains a Mosaic custom call.
+(``peak``: the most HBM live at once). ``kernel``: the program contains a Mosaic custom call;
+``kernels``: how many; ``loops``: its XLA ``while`` loops (a blockwise loop XLA runs op by op, not
+a kernel's grid).
 """
 
 import functools
@@ -58,6 +61,7 @@ CHIPS = {  # Google Cloud's TPU system-architecture pages
 _COMPUTATION = re.compile(r"^(?:ENTRY )?(%[\w.\-]+) .*\{\s*$")
 _CALLED = re.compile(r"calls=(%[\w.\-]+)")
 _COPY = re.compile(r" (copy|copy-start)\(%")
+_WHILE = re.compile(r" = [^=]*\bwhile\(")
 
 
 def _check_generation(generation: str) -> None:
@@ -119,6 +123,8 @@ def figures(compiled: Any) -> dict[str, Any]:
         copies=copies["copy"],
         async_copies=copies["copy-start"],
         kernel="tpu_custom_call" in text,
+        kernels=text.count('custom_call_target="tpu_custom_call"'),
+        loops=len(_WHILE.findall(text)),
         argument=int(memory.argument_size_in_bytes),
         output=int(memory.output_size_in_bytes),
         alias=int(memory.alias_size_in_bytes),

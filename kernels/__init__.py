@@ -4,11 +4,14 @@
       tpu.py       row_sumsq (B, D) and lane_sumsq (..., S, B): Mosaic, grid (P, K)
       gpu.py       row_sumsq: Triton, one program per sample
       tiling.py    Blocks, row_blocks, lane_blocks per TPU generation
-    attention/   flash attention whose forward, JVP and VJP are each a kernel ("bhtd" layout)
-      forward.py   flash_forward: o and the log-sum-exp
-      tangent.py   flash_tangent: the JVP at the saved o, lse
-      vjp.py       flash_vjp: g_q (query-major) and g_k, g_v (key-major), the tangent's transpose
-      layout.py    the grid layout, block specs and row helpers the three share
+    attention/   flash attention whose derivatives to second order are kernels ("bhtd" layout)
+      forward.py      flash_forward: o and the log-sum-exp
+      tangent.py      flash_tangent: the JVP at the saved o, lse
+      vjp.py          flash_vjp: g_q (query-major) and g_k, g_v (key-major), the tangent's transpose
+      tangent_jvp.py  flash_tangent_jvp: the tangent's derivative in (q, k, v, o, lse)
+      vjp_jvp.py      flash_vjp_jvp: the VJP's derivative in (q, k, v, o, lse)
+      second_vjp.py   flash_second_vjp: the VJP of the tangent (and of the VJP) in them
+      layout.py       the grid layout, block specs, row helpers and cost counts all share
       tiling.py    Blocks, blocks per TPU generation
     tiling.py    register geometry and chip figures every family's tiling reads
     types.py     Ref and Interpret

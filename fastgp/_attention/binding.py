@@ -23,6 +23,9 @@ _KERNELS: dict[str, Callable[..., Any]] = {
     "forward": kernels.flash_forward,
     "tangent": kernels.flash_tangent,
     "vjp": kernels.flash_vjp,
+    "tangent_jvp": kernels.flash_tangent_jvp,
+    "vjp_jvp": kernels.flash_vjp_jvp,
+    "second_vjp": kernels.flash_second_vjp,
 }
 
 

@@ -1,28 +1,39 @@
-"""Attention as three primitives whose derivatives close: forward, tangent (JVP) and VJP.
+"""Attention as primitives whose derivatives close: the forward and four linear passes.
 
-    attention_forward(q, k, v, mask)                       -> (o, lse)
-    attention_tangent(q, k, v, o, lse, mask, dq, dk, dv)   -> (do, dlse)    linear in (dq, dk, dv)
-    attention_vjp(q, k, v, o, lse, mask, g_o, g_lse)       -> (g_q, g_k, g_v) linear in (g_o, g_lse)
+    attention_forward(q, k, v, mask)                     -> (o, lse)
+    attention_tangent(P, mask, dq, dk, dv)               -> (do, dlse)        the JVP
+    attention_vjp(P, mask, g_o, g_lse)                   -> (g_q, g_k, g_v)   its transpose
+    attention_tangent_jvp(P, mask, dq, dk, dv, P_dot)    -> (do, dlse)'       along P_dot
+    attention_vjp_jvp(P, mask, g_o, g_lse, P_dot)        -> (g_q, g_k, g_v)'  along P_dot
+    attention_second_vjp(P, mask, dq, dk, dv, g_o, g_lse) -> grad_P <g, tangent(d)>
 
-Shapes as in ``fastgp._attention.xla`` (``bhtd``, padded; ``mask`` the (B, Tk) key mask).
+with P = (q, k, v, o, lse) the primal inputs (o, lse the forward's saved outputs) and P_dot a
+direction of them. Shapes as in ``fastgp._attention.xla`` (``bhtd``, padded; ``mask`` the
+(B, Tk) key mask).
 
-The rules, each exact (derived in docs/kernels.md):
+The four linear passes are the partial derivatives of one trilinear form,
+Psi(P; d, g, P_dot) = d/dP <g, tangent(P; d)> . P_dot, in the three slots it pairs: the tangent
+slot d = (dq, dk, dv), the cotangent slot g = (g_o, g_lse) and the direction slot P_dot. A pass
+takes one or two slots and returns the third's gradient (the tangent and the VJP are the
+first-order case, <g, tangent(P; d)>). So the rules, each exact (derived in docs/kernels.md):
 
-* JVP of the forward is the tangent primitive at the saved (o, lse).
-* The tangent and the VJP are each other's transposes, so reverse mode of either is the other:
-  first-order reverse mode of attention runs the VJP kernel, and the VJP of the VJP (nested
-  ``jax.grad``) runs the tangent kernel.
-* The JVP of the tangent (and of the VJP) is that primitive again on the new linear tangents, plus
-  the derivative through its primal inputs (q, k, v, o, lse), which is JAX's own JVP of the
-  blockwise jnp pass: a loop over key blocks with rematerialised bodies, so every order keeps
-  block memory.
+* JVP of the forward is the tangent at the saved (o, lse).
+* A pass is linear in each slot it takes: its JVP along a slot is the pass on that slot's
+  tangent. Its JVP along P is the pass that also takes the direction slot (tangent ->
+  tangent_jvp, vjp -> vjp_jvp); for those that have it already (and second_vjp), it is JAX's JVP
+  of the blockwise XLA pass, a loop over key blocks with rematerialised bodies, so every order
+  keeps block memory.
+* Its transpose in a slot is the pass that takes the other slot and the returned one: tangent
+  and vjp transpose into each other, tangent_jvp into second_vjp (in P_dot) or vjp_jvp (in d),
+  and so on around. So a penalty's VJP of a JVP and nested ``jax.grad`` both run second_vjp.
 
 Each primitive runs the implementation that ``config.backend`` names: ``"xla"`` (the blockwise
 loops) or a Pallas kernel (``fastgp._attention.binding``), on each device's shard
 (``fastgp._attention.sharding``).
 """
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -62,8 +73,48 @@ def _new_primitive(name: str) -> Primitive:
 
 
 forward_p = _new_primitive("forward")
-tangent_p = _new_primitive("tangent")
-vjp_p = _new_primitive("vjp")
+
+# The slots a linear pass pairs, each a group of arrays: d shaped like (q, k, v), g like (o, lse),
+# P_dot like (q, k, v, o, lse). A pass is named by the slots it takes, in this order.
+SLOT_SIZES = {"d": 3, "g": 2, "p": 5}
+_PASS_SLOTS = {
+    "tangent": ("d",),
+    "vjp": ("g",),
+    "tangent_jvp": ("d", "p"),
+    "vjp_jvp": ("g", "p"),
+    "second_vjp": ("d", "g"),
+}
+LINEAR_PASSES = {name: _new_primitive(name) for name in _PASS_SLOTS}
+_BY_SLOTS = {slots: name for name, slots in _PASS_SLOTS.items()}
+
+
+def _returns(name: str) -> str:
+    """The slot whose gradient a pass returns: d <-> g in first order, else the slot it lacks."""
+    slots = _PASS_SLOTS[name]
+    pool = "dg" if len(slots) == 1 else "dgp"
+    (missing,) = (s for s in pool if s not in slots)
+    return missing
+
+
+def _pass_taking(slots: Sequence[str]) -> str:
+    return _BY_SLOTS[tuple(sorted(slots))]
+
+
+def _split(name: str, args: Sequence[Any]) -> tuple[Sequence[Any], Any, dict[str, list[Any]]]:
+    """(primal inputs, key mask, {slot: its arrays}) of a linear pass's arguments."""
+    groups, at = {}, 6
+    for slot in _PASS_SLOTS[name]:
+        groups[slot] = list(args[at : at + SLOT_SIZES[slot]])
+        at += SLOT_SIZES[slot]
+    assert at == len(args), (name, len(args))
+    return args[:5], args[5], groups
+
+
+def _bind(
+    name: str, primal: Sequence[Any], mask: Any, groups: Mapping[str, Sequence[Any]], config: Config
+) -> list[jax.Array]:
+    linear = [x for slot in _PASS_SLOTS[name] for x in groups[slot]]
+    return bind_per_device(LINEAR_PASSES[name], *primal, mask, *linear, config=config)
 
 
 # --- Abstract evaluation ------------------------------------------------------------------------
@@ -78,27 +129,23 @@ def _like(aval: Any, shape: Sequence[int], dtype: Any) -> Any:
     return aval.update(shape=shape, dtype=dtype, sharding=sharding.update(spec=spec))
 
 
-def _rows_aval(q: Any) -> Any:
-    return _like(q, q.shape[:3], jnp.float32)
-
-
 def _forward_abstract(q: Any, k: Any, v: Any, mask: Any, *, config: Config) -> list[Any]:
-    return [_like(q, q.shape[:3] + v.shape[3:], q.dtype), _rows_aval(q)]
+    return [_like(q, q.shape[:3] + v.shape[3:], q.dtype), _like(q, q.shape[:3], jnp.float32)]
 
 
-def _tangent_abstract(*args: Any, config: Config) -> list[Any]:
-    q, _, _, o, lse = args[:5]
-    return [_like(o, o.shape, q.dtype), _like(lse, lse.shape, jnp.float32)]
-
-
-def _vjp_abstract(*args: Any, config: Config) -> list[Any]:
-    q, k, v = args[:3]
-    return [_like(x, x.shape, x.dtype) for x in (q, k, v)]
+def _slot_avals(slot: str, q: Any, k: Any, v: Any, o: Any, lse: Any) -> list[Any]:
+    """Avals of a slot's arrays: (q, k, v) and o in their dtypes (o's in q's), lse float32."""
+    o_like = _like(o, o.shape, q.dtype)
+    lse_like = _like(lse, lse.shape, jnp.float32)
+    qkv = [_like(x, x.shape, x.dtype) for x in (q, k, v)]
+    return {"d": qkv, "g": [o_like, lse_like], "p": [*qkv, o_like, lse_like]}[slot]
 
 
 forward_p.def_abstract_eval(_forward_abstract)
-tangent_p.def_abstract_eval(_tangent_abstract)
-vjp_p.def_abstract_eval(_vjp_abstract)
+for _name, _prim in LINEAR_PASSES.items():
+    _prim.def_abstract_eval(
+        functools.partial(lambda name, *args, config: _slot_avals(_returns(name), *args[:5]), _name)
+    )
 
 
 # --- Derivative rules ---------------------------------------------------------------------------
@@ -108,76 +155,97 @@ def _all_zero(tangents: Sequence[Any]) -> bool:
     return all(type(t) is ad.Zero for t in tangents)
 
 
-def _add(a: Sequence[jax.Array] | None, b: Sequence[jax.Array] | None) -> list[jax.Array]:
-    if a is None:
-        assert b is not None
-        return list(b)
-    if b is None:
-        return list(a)
+def _add(a: Sequence[jax.Array], b: Sequence[jax.Array]) -> list[jax.Array]:
     return [x + y.astype(x.dtype) for x, y in zip(a, b, strict=True)]
+
+
+def _dense(tangents: Sequence[Any]) -> list[Any]:
+    return [ad.instantiate_zeros(t) for t in tangents]
 
 
 def _forward_jvp(primals: Sequence[jax.Array], tangents: Sequence[Any], *, config: Config):  # type: ignore[no-untyped-def]
     q, k, v, mask = primals
     o, lse = bind_per_device(forward_p, q, k, v, mask, config=config)
-    dq, dk, dv = (ad.instantiate_zeros(t) for t in tangents[:3])
-    do, dlse = bind_per_device(tangent_p, q, k, v, o, lse, mask, dq, dk, dv, config=config)
-    return (o, lse), (do, dlse)
+    d = {"d": _dense(tangents[:3])}
+    return (o, lse), _bind("tangent", (q, k, v, o, lse), mask, d, config)
 
 
-def _linear_pass_jvp(prim: Primitive, name: str, n_linear: int) -> Callable[..., Any]:
-    """JVP of a pass linear in its last ``n_linear`` arguments: the pass on their tangents plus
-    JAX's JVP of the blockwise pass in its primal inputs (q, k, v, o, lse)."""
+def _along_primal(
+    name: str,
+    primal: Sequence[Any],
+    mask: Any,
+    groups: dict[str, Any],
+    dot: Sequence[Any],
+    config: Config,
+) -> list[jax.Array]:
+    """The JVP of pass ``name`` along its primal inputs: the pass that also takes the direction
+    slot, or (when it has that slot already, or takes d and g) JAX's JVP of the blockwise pass."""
+    if len(_PASS_SLOTS[name]) == 1:
+        return _bind(
+            _pass_taking((*_PASS_SLOTS[name], "p")), primal, mask, {**groups, "p": dot}, config
+        )
+    fn = xla.PASSES[name]
+    linear = [x for slot in _PASS_SLOTS[name] for x in groups[slot]]
+    _, out = jax.jvp(lambda *p: fn(*p, mask, *linear, config=config), tuple(primal), tuple(dot))
+    return list(out)
+
+
+def _linear_pass_jvp(name: str) -> Callable[..., Any]:
+    """JVP of a pass, linear in each slot it takes (see the module)."""
 
     def jvp(primals: Sequence[jax.Array], tangents: Sequence[Any], *, config: Config):  # type: ignore[no-untyped-def]
-        primal_in, mask, linear = primals[:5], primals[5], primals[6:]
-        primal_dot, linear_dot = tangents[:5], tangents[6:]
-        assert len(linear) == n_linear
-        out = bind_per_device(prim, *primal_in, mask, *linear, config=config)
-        along_linear = None
-        if not _all_zero(linear_dot):
-            dense = [ad.instantiate_zeros(t) for t in linear_dot]
-            along_linear = bind_per_device(prim, *primal_in, mask, *dense, config=config)
-        along_primal = None
-        if not _all_zero(primal_dot):
-            fn = xla.PASSES[name]
-            primal_dense = tuple(ad.instantiate_zeros(t) for t in primal_dot)
-            _, along_primal = jax.jvp(
-                lambda *p: fn(*p, mask, *linear, config=config), tuple(primal_in), primal_dense
-            )
-        if along_linear is None and along_primal is None:
+        primal, mask, groups = _split(name, primals)
+        _, _, dots = _split(name, tangents)
+        out = _bind(name, primal, mask, groups, config)
+        terms = [
+            _bind(name, primal, mask, {**groups, slot: _dense(dots[slot])}, config)
+            for slot in _PASS_SLOTS[name]
+            if not _all_zero(dots[slot])
+        ]
+        if not _all_zero(tangents[:5]):
+            primal_dot = _dense(tangents[:5])
+            terms.append(_along_primal(name, primal, mask, groups, primal_dot, config))
+        if not terms:
             return out, [jnp.zeros_like(x) for x in out]
-        return out, _add(along_linear, along_primal)
+        return out, functools.reduce(_add, terms)
 
     return jvp
 
 
-def _transpose_to(prim: Primitive) -> Callable[..., Any]:
-    """Transpose of a pass in its linear arguments (those after the mask): ``prim``, the other
-    pass, at the same primal inputs, applied to the cotangents."""
+def _linear_pass_transpose(name: str) -> Callable[..., Any]:
+    """Transpose of a pass in the one slot whose arrays are undefined: the pass that takes the
+    other slot and the returned one, applied to the cotangents (see the module)."""
 
     def transpose(cotangents: Sequence[Any], *args: Any, config: Config) -> list[Any]:
-        primal_in, mask, linear = args[:5], args[5], args[6:]
-        if any(ad.is_undefined_primal(x) for x in (*primal_in, mask)):
+        primal, mask, groups = _split(name, args)
+        undefined = [s for s, xs in groups.items() if any(ad.is_undefined_primal(x) for x in xs)]
+        if any(ad.is_undefined_primal(x) for x in (*primal, mask)) or len(undefined) != 1:
             raise NotImplementedError(
-                "fastgp.attention: a pass is linear only in its tangent or cotangent inputs"
+                f"fastgp.attention: the {name} pass is linear in each of its slots "
+                f"{_PASS_SLOTS[name]} apart, not in its primal inputs or in two slots at once"
             )
-        cts = [ad.instantiate_zeros(x) for x in cotangents]
-        result = bind_per_device(prim, *primal_in, mask, *cts, config=config)
-        assert len(result) == len(linear)
-        linear_cts = [
-            r if ad.is_undefined_primal(x) else None for r, x in zip(result, linear, strict=True)
-        ]
-        return [None] * 6 + linear_cts
+        (slot,) = undefined
+        others = {s: xs for s, xs in groups.items() if s != slot}
+        others[_returns(name)] = _dense(cotangents)
+        result = _bind(_pass_taking(list(others)), primal, mask, others, config)
+        cts: list[Any] = [None] * 6
+        for s in _PASS_SLOTS[name]:
+            if s == slot:
+                cts += [
+                    r if ad.is_undefined_primal(x) else None
+                    for r, x in zip(result, groups[s], strict=True)
+                ]
+            else:
+                cts += [None] * SLOT_SIZES[s]
+        return cts
 
     return transpose
 
 
 ad.primitive_jvps[forward_p] = _forward_jvp
-ad.primitive_jvps[tangent_p] = _linear_pass_jvp(tangent_p, "tangent", 3)
-ad.primitive_jvps[vjp_p] = _linear_pass_jvp(vjp_p, "vjp", 2)
-ad.primitive_transposes[tangent_p] = _transpose_to(vjp_p)
-ad.primitive_transposes[vjp_p] = _transpose_to(tangent_p)
+for _name, _prim in LINEAR_PASSES.items():
+    ad.primitive_jvps[_prim] = _linear_pass_jvp(_name)
+    ad.primitive_transposes[_prim] = _linear_pass_transpose(_name)
 
 
 # --- Batching (vmap) ----------------------------------------------------------------------------
@@ -199,7 +267,7 @@ def _batching_rule(prim: Primitive) -> Callable[..., Any]:
     return rule
 
 
-for _prim in (forward_p, tangent_p, vjp_p):
+for _prim in (forward_p, *LINEAR_PASSES.values()):
     batching.primitive_batchers[_prim] = _batching_rule(_prim)
 
 

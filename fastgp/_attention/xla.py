@@ -296,6 +296,40 @@ def vjp(*args: jax.Array, config: Config) -> tuple[jax.Array, jax.Array, jax.Arr
     return g_q.astype(q.dtype), g_k.astype(k.dtype), g_v.astype(v.dtype)
 
 
-PASSES: dict[str, Callable[..., Any]] = {"forward": forward, "tangent": tangent, "vjp": vjp}
+# --- Second order: JAX's derivatives of the passes above in their primal inputs ----------------
+# (q, k, v, o, lse): through the rematerialised loops, so they keep block memory too.
 
-__all__ = ["PASSES", "forward", "tangent", "vjp"]
+
+def tangent_jvp(*args: jax.Array, config: Config) -> Arrays:
+    """The derivative of :func:`tangent`'s (do, dlse) along (q_dot, k_dot, v_dot, o_dot,
+    lse_dot) at ``(q, k, v, o, lse, key_mask, dq, dk, dv, q_dot, k_dot, v_dot, o_dot, lse_dot)``."""
+    primal, key_mask, d, dot = args[:5], args[5], args[6:9], args[9:]
+    return tuple(jax.jvp(lambda *p: tangent(*p, key_mask, *d, config=config), primal, dot)[1])
+
+
+def vjp_jvp(*args: jax.Array, config: Config) -> Arrays:
+    """The derivative of :func:`vjp`'s (g_q, g_k, g_v) along (q_dot, k_dot, v_dot, o_dot, lse_dot)
+    at ``(q, k, v, o, lse, key_mask, g_o, g_lse, q_dot, k_dot, v_dot, o_dot, lse_dot)``."""
+    primal, key_mask, g, dot = args[:5], args[5], args[6:8], args[8:]
+    return tuple(jax.jvp(lambda *p: vjp(*p, key_mask, *g, config=config), primal, dot)[1])
+
+
+def second_vjp(*args: jax.Array, config: Config) -> Arrays:
+    """The gradient in (q, k, v, o, lse) of <(g_o, g_lse), tangent(dq, dk, dv)> at
+    ``(q, k, v, o, lse, key_mask, dq, dk, dv, g_o, g_lse)``: (q, k, v, o in their dtypes, lse
+    float32)."""
+    primal, key_mask, d, g = args[:5], args[5], args[6:9], args[9:]
+    out, pullback = jax.vjp(lambda *p: tangent(*p, key_mask, *d, config=config), *primal)
+    return tuple(pullback(tuple(c.astype(x.dtype) for c, x in zip(g, out, strict=True))))
+
+
+PASSES: dict[str, Callable[..., Any]] = {
+    "forward": forward,
+    "tangent": tangent,
+    "vjp": vjp,
+    "tangent_jvp": tangent_jvp,
+    "vjp_jvp": vjp_jvp,
+    "second_vjp": second_vjp,
+}
+
+__all__ = ["PASSES", "forward", "second_vjp", "tangent", "tangent_jvp", "vjp", "vjp_jvp"]

@@ -1,4 +1,4 @@
-"""Pallas TPU kernels for attention whose every derivative is a kernel: forward, JVP and VJP.
+"""Pallas TPU kernels for attention whose derivatives to second order are kernels.
 
 Layout "bhtd": q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv); ``key_mask`` (B, Tk) int32,
 1 = key valid. With valid_ij = key_mask[b, j] and (not causal or j <= i) (top-left aligned, as
@@ -9,12 +9,22 @@ L_i = 0, P_i. = 0 and O_i = 0 (no NaN, no inf).
     flash_forward(q, k, v, key_mask)                      -> o, lse
     flash_tangent(q, k, v, o, lse, key_mask, dq, dk, dv)  -> do, dlse      (the JVP)
     flash_vjp(q, k, v, o, lse, key_mask, g_o, g_lse)      -> g_q, g_k, g_v (its transpose)
+    flash_tangent_jvp(q, k, v, o, lse, key_mask, dq, dk, dv, q_dot, k_dot, v_dot, o_dot, lse_dot)
+                                                          -> (do, dlse) along the primal direction
+    flash_vjp_jvp(q, k, v, o, lse, key_mask, g_o, g_lse, q_dot, k_dot, v_dot, o_dot, lse_dot)
+                                                          -> (g_q, g_k, g_v) along it
+    flash_second_vjp(q, k, v, o, lse, key_mask, dq, dk, dv, g_o, g_lse)
+                                                          -> the gradient in (q, k, v, o, lse)
+                                                             of <(g_o, g_lse), tangent(dq, dk, dv)>
 
 The tangent, with P from the saved lse: Sdot_ij = scale (dq_i.k_j + q_i.dk_j),
 mu_i = sum_j P_ij Sdot_ij, do_i = sum_j P_ij (Sdot_ij v_j + dv_j) - mu_i o_i, dlse_i = mu_i.
 The VJP is its exact transpose (o is a saved value in both): delta_i = g_o_i.o_i,
 dS_ij = P_ij (g_o_i.v_j - delta_i + g_lse_i), g_q = scale dS k, g_k = scale dS^T q, g_v = P^T g_o.
-So transpose(vjp) = tangent: the pair closes under transposition.
+So transpose(vjp) = tangent: the pair closes under transposition. The three second-order
+kernels are the derivatives of that pairing in (q, k, v, o, lse) (their own module docstrings
+give the formulas; docs/kernels.md derives them): each transposes into another, so with the
+first-order pair they close under transposition too.
 
 Kernels are policy-free: the caller pads Tq and Tk to multiples of ``block_q`` and ``block_k``
 (``attention_tiling.flash_blocks``) and marks padded keys invalid; padded rows of k and v must be
@@ -42,14 +52,29 @@ E = B * H * V * bq * bk the score elements computed,
     forward  flops 2 E (D + Dv),        transcendentals E + B H V bq (exp; rescale),
     tangent  flops 2 E (3 D + 2 Dv),    transcendentals E,
     g_q      flops 2 E (2 D + Dv),      transcendentals E,
-    g_k, g_v flops 2 E (2 D + 2 Dv),    transcendentals E;
-bytes: the operands read once per block of the grid's outer (resident) side, plus the streamed
-side once per visited block pair (B H V block bytes), plus the outputs.
+    g_k, g_v flops 2 E (2 D + 2 Dv),    transcendentals E,
+    tangent_jvp             2 E (7 D + 3 Dv),
+    vjp_jvp, second_vjp     2 E (5 D + 2 Dv) query-major + 2 E (5 D + 3 Dv) key-major,
+each second-order kernel one exp per score; bytes: the operands read once per block of the
+grid's outer (resident) side, plus the streamed side once per visited block pair (B H V block
+bytes), plus the outputs (``layout.tiled_call`` counts them from the operands' kinds).
 """
 
 from .forward import flash_forward
+from .second_vjp import flash_second_vjp
 from .tangent import flash_tangent
+from .tangent_jvp import flash_tangent_jvp
 from .tiling import Blocks, blocks
 from .vjp import flash_vjp
+from .vjp_jvp import flash_vjp_jvp
 
-__all__ = ["Blocks", "blocks", "flash_forward", "flash_tangent", "flash_vjp"]
+__all__ = [
+    "Blocks",
+    "blocks",
+    "flash_forward",
+    "flash_second_vjp",
+    "flash_tangent",
+    "flash_tangent_jvp",
+    "flash_vjp",
+    "flash_vjp_jvp",
+]

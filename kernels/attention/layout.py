@@ -1,7 +1,9 @@
 """What the attention kernels share: the grid layout, block specs, matmul and row helpers."""
 
 import dataclasses
-from collections.abc import Callable
+import math
+import types
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -44,6 +46,25 @@ def row_to_col(row: jax.Array) -> jax.Array:
 def col_to_row(col: jax.Array) -> jax.Array:
     """A (n, 128) lane-broadcast column as a (1, n) lane-dense row."""
     return col.T[:1, :]
+
+
+def probabilities(s: jax.Array, valid: jax.Array, lse: jax.Array) -> jax.Array:
+    """P = exp(S - lse) where valid, else 0, of a score tile and its rows' log-sum-exp (a
+    lane-broadcast column as wide as the tile, or a (1, n) row under a transposed tile)."""
+    return jnp.exp(jnp.where(valid, s - lse, NEG))
+
+
+def row_sums(tile: jax.Array) -> jax.Array:
+    """(rows, 1) float32 sums of a tile along its lanes."""
+    return jnp.sum(tile, axis=1, keepdims=True)
+
+
+def named(refs: Sequence[Any], names: str) -> types.SimpleNamespace:
+    """A kernel's positional refs by the space-separated ``names`` of its call's operands,
+    outputs and scratch, in order."""
+    keys = names.split()
+    assert len(keys) == len(refs), (keys, len(refs))
+    return types.SimpleNamespace(**dict(zip(keys, refs, strict=True)))
 
 
 def when(cond: jax.Array | bool, body: Callable[[], None]) -> None:
@@ -220,3 +241,79 @@ def stat_rows(x: jax.Array) -> jax.Array:
 
 def key_rows(key_mask: jax.Array) -> jax.Array:
     return key_mask.astype(jnp.int32).reshape(key_mask.shape[0], 1, key_mask.shape[1])
+
+
+# --- Calls described by their operands' kinds -----------------------------------------------
+# Each operand is a kind: "qd"/"qv" query rows of width D/Dv, "kd"/"kv" key rows, "qs" a query
+# statistic (B, H, 1, Tq) float32 row, "km" the (B, 1, Tk) int32 key mask. Its block spec and its
+# bytes follow from the grid: the resident side is read once, the streamed side once per visited
+# block pair.
+
+
+def spec(lay: Layout, kind: str, key_major: bool) -> pl.BlockSpec:
+    """The block spec of an operand (or output) of ``kind`` on a query- or key-major grid."""
+    if kind == "qs":
+        return q_stat_streamed(lay) if key_major else q_stat(lay)
+    if kind == "km":
+        return k_mask(lay) if key_major else k_mask_streamed(lay)
+    width = lay.d if kind[1] == "d" else lay.dv
+    if kind[0] == "q":
+        return q_rows_streamed(lay, width) if key_major else q_rows(lay, width)
+    return k_rows(lay, width) if key_major else k_rows_streamed(lay, width)
+
+
+def bytes_read(lay: Layout, operands: Sequence[jax.Array], kinds: str, key_major: bool) -> int:
+    """HBM bytes the grid reads for ``operands`` of ``kinds`` (space-separated)."""
+    total = 0
+    for x, kind in zip(operands, kinds.split(), strict=True):
+        per_token = x.dtype.itemsize * (x.shape[-1] if kind[1] in "dv" else 1)
+        queries = kind[0] == "q"
+        if queries == key_major:  # the streamed side
+            total += lay.streamed() * (lay.bq if queries else lay.bk) * per_token
+        else:
+            total += lay.batch * lay.heads * (lay.tq if queries else lay.tk) * per_token
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One kernel's grid: its operands' and outputs' kinds, scratch, and matmul depth per score
+    (flops = 2 x scores x depth; one exp per score)."""
+
+    kinds: str
+    out_kinds: str
+    scratch: Sequence[Any]
+    depth: int
+    key_major: bool = False
+
+
+def tiled_call(
+    kernel: Callable[..., None],
+    lay: Layout,
+    call: Call,
+    operands: Sequence[jax.Array],
+    out_shapes: Sequence[jax.ShapeDtypeStruct],
+    params: pltpu.CompilerParams,
+    interpret: Any,
+) -> Any:
+    """``pl.pallas_call`` of ``kernel`` on the query- or key-major grid, with its cost estimate
+    from the loop counts."""
+    kinds, out_kinds = call.kinds.split(), call.out_kinds.split()
+    grid_tail = (lay.nk, lay.nq) if call.key_major else (lay.nq, lay.nk)
+    written = sum(math.prod(s.shape) * jnp.dtype(s.dtype).itemsize for s in out_shapes)
+    e = lay.elements()
+    return pl.pallas_call(
+        kernel,
+        out_shape=tuple(out_shapes),
+        grid=(lay.batch, lay.heads, *grid_tail),
+        in_specs=[spec(lay, kind, call.key_major) for kind in kinds],
+        out_specs=tuple(spec(lay, kind, call.key_major) for kind in out_kinds),
+        scratch_shapes=list(call.scratch),
+        compiler_params=params,
+        cost_estimate=pl.CostEstimate(
+            flops=2 * e * call.depth,
+            transcendentals=e,
+            bytes_accessed=bytes_read(lay, operands, call.kinds, call.key_major) + written,
+        ),
+        interpret=interpret,
+    )(*operands)

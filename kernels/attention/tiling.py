@@ -1,7 +1,7 @@
-"""Block sizes for the attention kernels (forward, tangent, vjp), chosen per TPU generation.
+"""Block sizes for the attention kernels, chosen per TPU generation.
 
-One (block_q, block_k) pair serves every kernel of the family (forward, tangent, both VJP
-kernels), so the caller pads Tq and Tk once. Three figures of the chip set it:
+One (block_q, block_k) pair serves every kernel of the family (forward, tangent, VJP and the
+second-order passes), so the caller pads Tq and Tk once. Three figures of the chip set it:
 
 * ``block_q``, the rows that share one pass of K and V through VMEM: a forward step does
   ``2 * block_q * block_k * (D + Dv)`` flops on ``block_k * (D + Dv) * itemsize`` streamed bytes,
@@ -10,8 +10,8 @@ kernels), so the caller pads Tq and Tk once. Three figures of the chip set it:
   that, between 256 and 1024 (bf16: v5e 512, v5p 384, v6e 1024, TPU7x 768; f32: 1024, v5p 768).
 * ``block_k`` = 512 lanes of the score tile, which keeps the (block_q, block_k) float32 tile at
   most 2 MiB (Mosaic unrolls the block code per vreg) and a grid step (~0.35 us fixed cost) long.
-* VMEM: the heaviest kernel (the tangent: seven streamed operands, double-buffered, three f32
-  scratch tiles and ``TEMPORARIES`` live (block_q, block_k) float32 values) must fit in 2/3 of the
+* VMEM: the heaviest kernel (tangent_jvp: twelve streamed blocks, double-buffered, its f32
+  scratch and ``TEMPORARIES`` live (block_q, block_k) float32 values) must fit in 2/3 of the
   scoped limit (3/4 of the core's VMEM), else the larger of block_q, block_k is halved (kept a
   multiple of 128): v4's 16 MiB gives bf16 (256, 512) and f32 (384, 256) at D <= 128.
 
@@ -32,7 +32,7 @@ from ..tiling import LANES, SUBLANES, SUPPORTED_GENERATIONS, chip_info, round_up
 MIN_BLOCK_Q = 256
 MAX_BLOCK_Q = 1024
 BLOCK_K = 512
-TEMPORARIES = 8  # (block_q, block_k) float32 values live at once in the tangent kernel
+TEMPORARIES = 8  # (block_q, block_k) float32 values live at once in the heaviest kernel
 RIDGE_MARGIN = 2  # block_q at twice the ridge point: K/V streaming under half the compute time
 
 
@@ -46,10 +46,11 @@ class Blocks:
 
 
 def vmem_bytes(block_q: int, block_k: int, d: int, itemsize: int) -> int:
-    """VMEM the tangent kernel needs at these blocks (the family's largest), Dv = D assumed."""
-    streamed = 2 * itemsize * (4 * block_q * d + 4 * block_k * d)  # q, dq, o, do; k, dk, v, dv
-    rows = 2 * 4 * SUBLANES * (2 * block_q + block_k)  # lse, dlse, key mask rows
-    scratch = 4 * (block_q * d + 2 * block_q * LANES)
+    """VMEM tangent_jvp needs at these blocks (the family's largest), Dv = D assumed."""
+    # q, o, dq, q_dot, o_dot, do_dot; k, v, dk, dv, k_dot, v_dot
+    streamed = 2 * itemsize * (6 * block_q * d + 6 * block_k * d)
+    rows = 2 * 4 * SUBLANES * (3 * block_q + block_k)  # lse, lse_dot, dlse_dot, key mask rows
+    scratch = 4 * (block_q * d + 4 * block_q * LANES)
     return streamed + rows + scratch + TEMPORARIES * 4 * block_q * block_k
 
 

@@ -2,11 +2,11 @@
 
 Oracle: ``fastgp.naive_attention`` (every T_q x T_k array materialised, differentiated by JAX).
 Every rule is exercised: the value, the VJP (first-order reverse), the JVP, both Hessian-vector
-products (forward-over-reverse, reverse-over-reverse: the VJP of the VJP), reverse-over-forward
-(the VJP of the JVP, the penalty's default), and a third derivative; over ragged T, T_q != T_k,
-one and several heads, head dims 32/64/128, causal and key-padding masks, several query and key
-blocks of the XLA loop, bf16 and vmap. The derivative set on every backend of the op is
-tests/attention/test_attention_backends.py.
+products (forward-over-reverse, reverse-over-reverse: the VJP of the VJP), forward-over-forward,
+reverse-over-forward (the VJP of the JVP, the penalty's default), and a third derivative; over
+ragged T, T_q != T_k, one and several heads, head dims 32/64/128, causal and key-padding masks,
+several query and key blocks of the XLA loop, bf16 and vmap. The derivative set on every backend
+of the op is tests/attention/test_attention_backends.py.
 
 The derivative sets are compiled as one program each (``jax.jit``), as a training step takes
 them; the bf16, vmap and transpose tests run eagerly, through each primitive's own dispatch.
@@ -77,6 +77,7 @@ def derivatives(fn, args, tangents):
             lambda *a: sum(jnp.vdot(g, t) for g, t in zip(grad(*a), tangents, strict=True)),
             argnums=(0, 1, 2),
         )(*args),
+        "forward-over-forward": jax.jvp(lambda *a: jax.jvp(fn, a, tangents)[1], args, tangents)[1],
         "reverse-over-forward": jax.grad(
             lambda *a: jnp.sum(jnp.sin(jax.jvp(fn, a, tangents)[1])), argnums=(0, 1, 2)
         )(*args),
@@ -110,6 +111,38 @@ def test_every_derivative_matches_nested_autodiff(case):
     got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
     for name in want:
         assert rel_err(got[name], want[name]) < RTOL, name
+
+
+def primitive_names(jaxpr) -> set[str]:
+    """Every primitive in a jaxpr and in the jaxprs its equations hold (jit, scan, ...)."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    names |= primitive_names(inner)
+    return names
+
+
+def test_second_derivatives_on_kernels_are_attention_passes_alone():
+    """With a kernel backend, the value and every first and second derivative (both HVPs,
+    forward-over-forward, reverse-over-forward) bind fastgp's attention passes and no blockwise
+    XLA loop: the second-order terms are the tangent_jvp, vjp_jvp and second_vjp passes, not
+    JAX's JVP of a scan. (A third derivative falls back to those loops: test_third_derivative.)"""
+    args, mask, tangents = inputs(*BACKEND_CASES[1][:5], padding=True)
+    ours, _ = pair(mask, True, "interpret")
+    jaxpr = jax.make_jaxpr(lambda a, t: derivatives(ours, a, t))(args, tangents)
+    names = primitive_names(jaxpr.jaxpr)
+    passes = {n for n in names if n.startswith("fastgp_attention_")}
+    assert passes == {
+        f"fastgp_attention_{p}"
+        for p in ("forward", "tangent", "vjp", "tangent_jvp", "vjp_jvp", "second_vjp")
+    }
+    assert not names & {"scan", "while"}, names & {"scan", "while"}
+    xla_jaxpr = jax.make_jaxpr(lambda a, t: derivatives(pair(mask, True, "xla")[0], a, t))
+    assert primitive_names(xla_jaxpr(args, tangents).jaxpr) >= passes
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -17,7 +17,14 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
-from fastgp.kernels.attention import flash_forward, flash_tangent, flash_vjp
+from fastgp.kernels.attention import (
+    flash_forward,
+    flash_second_vjp,
+    flash_tangent,
+    flash_tangent_jvp,
+    flash_vjp,
+    flash_vjp_jvp,
+)
 from fastgp.kernels.attention.tiling import Blocks as FlashBlocks
 from fastgp.kernels.attention.tiling import blocks as flash_blocks
 
@@ -224,6 +231,135 @@ def test_tpu_interpret_mode_finds_no_races():
     assert state.races is not None and not state.races.races_found
 
 
+# --- Second order: the passes' derivatives in their primal inputs (q, k, v, o, lse) ----------
+
+
+def dense_tangent(q, k, v, o, lse, key_mask, dq, dk, dv, causal):
+    """The tangent pass as plain jnp at given (o, lse), every T_q x T_k array materialised: the
+    oracle whose JAX derivatives in (q, k, v, o, lse) the second-order kernels must equal (its
+    own value is held to jax.jvp of naive attention by the tangent tests above)."""
+    mm = functools.partial(jnp.einsum, precision="highest")
+    s = SCALE * mm("bhqd,bhkd->bhqk", q, k)
+    tq, tk = s.shape[-2:]
+    valid = key_mask[:, None, None, :] != 0
+    if causal:
+        valid = valid & (jnp.arange(tk)[None, :] <= jnp.arange(tq)[:, None])
+    p = jnp.where(valid, jnp.exp(jnp.where(valid, s - lse[..., None], 0.0)), 0.0)
+    ps = p * SCALE * (mm("bhqd,bhkd->bhqk", dq, k) + mm("bhqd,bhkd->bhqk", q, dk))
+    mu = jnp.sum(ps, -1)
+    return mm("bhqk,bhkd->bhqd", ps, v) + mm("bhqk,bhkd->bhqd", p, dv) - mu[..., None] * o, mu
+
+
+def second_order_inputs(case, dtype=jnp.float32, seed=3):
+    """Primal inputs with the forward's (o, lse), a tangent d, a cotangent g, a direction P_dot."""
+    p, t, g_o, g_lse, mask = inputs(case, dtype, seed)
+    opts = options(case, True)
+    o, lse = flash_forward(p["q"], p["k"], p["v"], mask, **opts)
+    primal = (p["q"], p["k"], p["v"], o, lse)
+    rng = np.random.default_rng(seed + 1)
+    dot = tuple(jnp.asarray(rng.standard_normal(x.shape), x.dtype) for x in primal)
+    return primal, mask, (t["q"], t["k"], t["v"]), (g_o, g_lse), dot
+
+
+def second_order_oracles(case, primal, mask, d, g, dot):
+    """The three passes by JAX's autodiff of :func:`dense_tangent`, in float32."""
+    primal, d, g, dot = (tuple(f32(x) for x in xs) for xs in (primal, d, g, dot))
+    tangent = lambda *p: dense_tangent(*p, mask, *d, case.causal)
+
+    def vjp(*p):  # the tangent's transpose at p: linear, so taken at zero
+        zeros = tuple(jnp.zeros_like(x) for x in p[:3])
+        along = lambda *dd: dense_tangent(*p, mask, *dd, case.causal)
+        return jax.vjp(along, *zeros)[1](g)
+
+    return {
+        "tangent_jvp": jax.jvp(tangent, primal, dot)[1],
+        "vjp_jvp": jax.jvp(vjp, primal, dot)[1],
+        "second_vjp": jax.vjp(tangent, *primal)[1](g),
+    }
+
+
+def second_order_kernels(primal, mask, d, g, dot, opts):
+    return {
+        "tangent_jvp": flash_tangent_jvp(*primal, mask, *d, *dot, **opts),
+        "vjp_jvp": flash_vjp_jvp(*primal, mask, *g, *dot, **opts),
+        "second_vjp": flash_second_vjp(*primal, mask, *d, *g, **opts),
+    }
+
+
+def assert_matches(got, want, primal, rtol):
+    """Each pass's results shaped and typed as the slot it returns, and close to the oracle's."""
+    like = {"tangent_jvp": primal[3:], "vjp_jvp": primal[:3], "second_vjp": primal}
+    for name in want:
+        assert len(got[name]) == len(want[name]) == len(like[name])
+        for x, y, ref in zip(got[name], want[name], like[name], strict=True):
+            assert x.shape == ref.shape and x.dtype == ref.dtype, name
+            close(x, y, rtol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_second_order_kernels_match_autodiff_of_the_dense_passes(case, mode):
+    """Along a random direction of all of (q, k, v, o, lse), as the rules' transposes take it."""
+    primal, mask, d, g, dot = second_order_inputs(case)
+    want = second_order_oracles(case, primal, mask, d, g, dot)
+    got = second_order_kernels(primal, mask, d, g, dot, options(case, MODES[mode]))
+    assert_matches(got, want, primal, 1e-5)
+    rows = empty_rows(case).nonzero()
+    assert np.all(np.asarray(got["tangent_jvp"][0])[rows[0], :, rows[1]] == 0)
+    assert np.all(np.asarray(got["second_vjp"][0])[rows[0], :, rows[1]] == 0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_second_order_kernels_are_second_derivatives_of_naive_attention(case):
+    """At the forward's own (o, lse), moved with (q, k, v): tangent_jvp is the JVP of the JVP of
+    naive attention, vjp_jvp the JVP of its VJP, second_vjp the VJP of its JVP."""
+    p, t, g_o, g_lse, mask = inputs(case, seed=4)
+    fn = oracle(case, mask)
+    x = (p["q"], p["k"], p["v"])
+    d = (t["q"], t["k"], t["v"])
+    rng = np.random.default_rng(5)
+    x_dot = tuple(jnp.asarray(rng.standard_normal(a.shape), a.dtype) for a in x)
+    (o, lse), (o_dot, lse_dot) = jax.jvp(fn, x, x_dot)
+    primal, dot = (*x, o, lse), (*x_dot, o_dot, lse_dot)
+    opts = options(case, True)
+    jvp_of_jvp = jax.jvp(lambda *a: jax.jvp(fn, a, d)[1], x, x_dot)[1]
+    got = flash_tangent_jvp(*primal, mask, *d, *dot, **opts)
+    for x_got, want in zip(got, jvp_of_jvp, strict=True):
+        close(x_got, want, 1e-5)
+    jvp_of_vjp = jax.jvp(lambda *a: jax.vjp(fn, *a)[1]((g_o, g_lse)), x, x_dot)[1]
+    got = flash_vjp_jvp(*primal, mask, g_o, g_lse, *dot, **opts)
+    for x_got, want in zip(got, jvp_of_vjp, strict=True):
+        close(x_got, want, 1e-5)
+    # the chain rule through (o, lse) = fn(q, k, v) turns second_vjp into the VJP of the JVP
+    grads = flash_second_vjp(*primal, mask, *d, g_o, g_lse, **opts)
+    _, pullback = jax.vjp(fn, *x)
+    through = pullback((grads[3], grads[4]))
+    vjp_of_jvp = jax.vjp(lambda *a: jax.jvp(fn, a, d)[1], *x)[1]((g_o, g_lse))
+    for direct, chained, want in zip(grads[:3], through, vjp_of_jvp, strict=True):
+        close(direct + chained, want, 1e-5)
+
+
+@pytest.mark.parametrize("case", CASES[1:3], ids=str)
+def test_second_order_kernels_transpose_into_each_other(case):
+    """<tangent_jvp(d, P_dot), g> = <P_dot, second_vjp(d, g)> = <vjp_jvp(g, P_dot), d>: the
+    identities the rules' transposes rely on."""
+    primal, mask, d, g, dot = second_order_inputs(case, seed=6)
+    got = second_order_kernels(primal, mask, d, g, dot, options(case, True))
+    pair = lambda a, b: sum(float(jnp.vdot(f32(x), f32(y))) for x, y in zip(a, b, strict=True))
+    along_tangent = pair(got["tangent_jvp"], g)
+    assert pair(dot, got["second_vjp"]) == pytest.approx(along_tangent, rel=1e-5)
+    assert pair(got["vjp_jvp"], d) == pytest.approx(along_tangent, rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_second_order_kernels_in_bf16_match_the_float32_oracle(mode):
+    case = CASES[1]
+    primal, mask, d, g, dot = second_order_inputs(case, jnp.bfloat16, seed=7)
+    want = second_order_oracles(case, primal, mask, d, g, dot)
+    got = second_order_kernels(primal, mask, d, g, dot, options(case, MODES[mode]))
+    assert_matches(got, want, primal, 3e-2)
+
+
 # --- Block sizes ------------------------------------------------------------------------------
 
 GENERATIONS = ("v4", "v5e", "v5p", "v6e", "7x")
@@ -287,6 +423,18 @@ def _programs(blocks: FlashBlocks, t: int, causal: bool):
             (q, kv, kv, q, rows, mask, q, kv, kv),
         ),
         "vjp": (functools.partial(flash_vjp, **kw), (q, kv, kv, q, rows, mask, q, rows)),
+        "tangent_jvp": (
+            functools.partial(flash_tangent_jvp, **kw),
+            (q, kv, kv, q, rows, mask, q, kv, kv, q, kv, kv, q, rows),
+        ),
+        "vjp_jvp": (
+            functools.partial(flash_vjp_jvp, **kw),
+            (q, kv, kv, q, rows, mask, q, rows, q, kv, kv, q, rows),
+        ),
+        "second_vjp": (
+            functools.partial(flash_second_vjp, **kw),
+            (q, kv, kv, q, rows, mask, q, kv, kv, q, rows),
+        ),
     }
 
 
@@ -302,11 +450,20 @@ def _visited_fraction(blocks: FlashBlocks, tq: int, tk: int, causal: bool) -> fl
     return sum(min(nk, (i * bq + bq - 1) // bk + 1) for i in range(nq)) / (nq * nk)
 
 
-FLOPS_PER_SCORE = {"forward": 2 * (64 + 64), "tangent": 2 * (3 * 64 + 2 * 64), "vjp": 2 * (7 * 64)}
+# matmul flops per visited score, from the kernels' loops at D = Dv = 64 (both kernels of a pair)
+FLOPS_PER_SCORE = {
+    "forward": 2 * (64 + 64),
+    "tangent": 2 * (3 * 64 + 2 * 64),
+    "vjp": 2 * (7 * 64),
+    "tangent_jvp": 2 * (7 * 64 + 3 * 64),
+    "vjp_jvp": 2 * (10 * 64 + 5 * 64),
+    "second_vjp": 2 * (10 * 64 + 5 * 64),
+}
+KERNEL_CALLS = {"vjp": 2, "vjp_jvp": 2, "second_vjp": 2}
 
 
 @pytest.mark.aot
-@pytest.mark.parametrize("kernel", ["forward", "tangent", "vjp"])
+@pytest.mark.parametrize("kernel", FLOPS_PER_SCORE)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("t", [1024, 4096])
 @pytest.mark.parametrize("generation", GENERATIONS)
@@ -321,7 +478,7 @@ def test_attention_kernels_compile_for_tpu(generation, t, causal, kernel):
     fn, args = _programs(blocks, t, causal)[kernel]
     compiled = cf.compile_for(cf.tpu_device(generation), fn, *args)
     text = compiled.as_text()
-    assert text.count('custom_call_target="tpu_custom_call"') == (2 if kernel == "vjp" else 1)
+    assert text.count('custom_call_target="tpu_custom_call"') == KERNEL_CALLS.get(kernel, 1)
     tq, tk = _padded(t, blocks.block_q), _padded(t, blocks.block_k)
     expected = 2 * tq * tk * FLOPS_PER_SCORE[kernel] * _visited_fraction(blocks, tq, tk, causal)
     assert compiled.cost_analysis()["flops"] == pytest.approx(expected, rel=1e-3)
