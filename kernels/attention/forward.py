@@ -9,74 +9,46 @@ from jax.experimental.pallas import tpu as pltpu
 
 from ..tiling import LANES
 from ..types import Interpret, Ref
-from .layout import (
-    NEG,
-    STATIC,
-    Layout,
-    col_to_row,
-    compiler_params,
-    k_mask_streamed,
-    k_rows_streamed,
-    key_rows,
-    lanes,
-    layout,
-    nbytes,
-    nn,
-    nt,
-    out,
-    q_rows,
-    q_stat,
-    when,
-)
+from . import layout as lo
+from .tiles import NEG, accumulate, nt
+
+_REFS = "q k v km o lse m l acc"
 
 
-def _forward_kernel(
-    q_ref: Ref,
-    k_ref: Ref,
-    v_ref: Ref,
-    km_ref: Ref,
-    o_ref: Ref,
-    lse_ref: Ref,
-    m_ref: Ref,
-    l_ref: Ref,
-    acc_ref: Ref,
-    *,
-    lay: Layout,
-    scale: float,
-) -> None:
+def _kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+    r = lo.named(refs, _REFS)
     i, j = pl.program_id(2), pl.program_id(3)
 
     @pl.when(j == 0)
     def _init() -> None:
-        m_ref[...] = jnp.full(m_ref.shape, NEG, jnp.float32)
-        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
-        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+        r.m[...] = jnp.full(r.m.shape, NEG, jnp.float32)
+        r.l[...] = jnp.zeros(r.l.shape, jnp.float32)
+        r.acc[...] = jnp.zeros(r.acc.shape, jnp.float32)
 
     def _step() -> None:
-        v = v_ref[...]
-        s = scale * nt(q_ref[...], k_ref[...])
-        valid = lay.valid(km_ref[...], i, j)
-        m_prev = m_ref[...]
+        s = scale * nt(r.q[...], r.k[...])
+        valid = lay.valid(r.km[...], i, j)
+        m_prev = r.m[...]
         m_next = jnp.maximum(m_prev, jnp.max(jnp.where(valid, s, NEG), axis=1, keepdims=True))
-        p = jnp.exp(jnp.where(valid, s - lanes(m_next, lay.bk), NEG))
+        p = jnp.exp(jnp.where(valid, s - lo.lanes(m_next, lay.bk), NEG))
         alpha = jnp.exp(m_prev - m_next)
-        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-        m_ref[...] = m_next
-        acc_ref[...] = acc_ref[...] * lanes(alpha, lay.dv) + nn(p.astype(v.dtype), v)
+        r.l[...] = alpha * r.l[...] + lo.row_sums(p)
+        r.m[...] = m_next
+        r.acc[...] = r.acc[...] * lo.lanes(alpha, lay.dv) + accumulate(p, r.v[...])
 
-    when(lay.visits(i, j), _step)
+    lo.when(lay.visits(i, j), _step)
 
     @pl.when(j == lay.nk - 1)
     def _finish() -> None:
-        total = l_ref[...]
+        total = r.l[...]
         some = total > 0.0
         safe = jnp.where(some, total, 1.0)
         inv = jnp.where(some, 1.0 / safe, 0.0)
-        o_ref[...] = (acc_ref[...] * lanes(inv, lay.dv)).astype(o_ref.dtype)
-        lse_ref[...] = col_to_row(jnp.where(some, m_ref[...] + jnp.log(safe), 0.0))
+        r.o[...] = (r.acc[...] * lo.lanes(inv, lay.dv)).astype(r.o.dtype)
+        r.lse[...] = lo.col_to_row(jnp.where(some, r.m[...] + jnp.log(safe), 0.0))
 
 
-@functools.partial(jax.jit, static_argnames=STATIC)
+@functools.partial(jax.jit, static_argnames=lo.STATIC)
 def flash_forward(
     q: jax.Array,
     k: jax.Array,
@@ -106,42 +78,24 @@ def flash_forward(
     Returns:
       o (B, H, Tq, Dv) in q.dtype and lse (B, H, Tq) float32 (0 and 0 for rows with no valid key).
     """
-    lay = layout(q, k, v, block_q, block_k, causal, q_offset)
+    lay = lo.layout(q, k, v, block_q, block_k, causal, q_offset)
     b, h = lay.batch, lay.heads
-    o, lse = pl.pallas_call(
-        functools.partial(_forward_kernel, lay=lay, scale=scale),
-        out_shape=(
-            out((b, h, lay.tq, lay.dv), q.dtype, q),
-            out((b, h, 1, lay.tq), jnp.float32, q),
-        ),
-        grid=(b, h, lay.nq, lay.nk),
-        in_specs=[
-            q_rows(lay, lay.d),
-            k_rows_streamed(lay, lay.d),
-            k_rows_streamed(lay, lay.dv),
-            k_mask_streamed(lay),
-        ],
-        out_specs=(q_rows(lay, lay.dv), q_stat(lay)),
-        scratch_shapes=[
-            pltpu.VMEM((lay.bq, LANES), jnp.float32),
-            pltpu.VMEM((lay.bq, LANES), jnp.float32),
+    call = lo.Call(
+        kinds="qd kd kv km",
+        out_kinds="qv qs",
+        scratch=[
+            *(pltpu.VMEM((lay.bq, LANES), jnp.float32),) * 2,
             pltpu.VMEM((lay.bq, lay.dv), jnp.float32),
         ],
-        compiler_params=compiler_params(vmem_limit_bytes),
-        cost_estimate=_cost(lay, q, k, v),
-        interpret=interpret,
-    )(q, k, v, key_rows(key_mask))
-    return o, lse.reshape(b, h, lay.tq)
-
-
-def _cost(lay: Layout, q: jax.Array, k: jax.Array, v: jax.Array) -> pl.CostEstimate:
-    """The forward kernel's loop counts (see the package docstring)."""
-    e = lay.elements()
-    kv_bytes = lay.d * k.dtype.itemsize + lay.dv * v.dtype.itemsize
-    return pl.CostEstimate(
-        flops=2 * e * (lay.d + lay.dv),
-        transcendentals=e + lay.streamed() * lay.bq,
-        bytes_accessed=nbytes(q)
-        + lay.streamed() * lay.bk * (kv_bytes + 4)
-        + lay.batch * lay.heads * lay.tq * (lay.dv * q.dtype.itemsize + 4),
+        depth=lay.d + lay.dv,
+        rescales=True,
     )
+    out_shapes = (
+        lo.out((b, h, lay.tq, lay.dv), q.dtype, q),
+        lo.out((b, h, 1, lay.tq), jnp.float32, q),
+    )
+    kernel = functools.partial(_kernel, lay=lay, scale=scale)
+    params = lo.compiler_params(vmem_limit_bytes)
+    operands = (q, k, v, lo.key_rows(key_mask))
+    o, lse = lo.tiled_call(kernel, lay, call, operands, out_shapes, params, interpret)
+    return o, lse.reshape(b, h, lay.tq)

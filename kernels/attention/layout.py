@@ -1,4 +1,5 @@
-"""What the attention kernels share: the grid layout, block specs, matmul and row helpers."""
+"""What the TPU attention kernels share: the grid layout, block specs, row helpers, and calls
+described by their operands' kinds."""
 
 import dataclasses
 import math
@@ -13,18 +14,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from ..tiling import LANES
-
-NEG = -1e30  # a float32 "minus infinity": exp(NEG - x) == 0 for any moderate x, and no inf - inf
-NT = (((1,), (1,)), ((), ()))  # contract the last dims: a @ b.T
-NN = (((1,), (0,)), ((), ()))  # a @ b
-
-
-def nt(a: jax.Array, b: jax.Array) -> jax.Array:
-    return lax.dot_general(a, b, NT, preferred_element_type=jnp.float32)
-
-
-def nn(a: jax.Array, b: jax.Array) -> jax.Array:
-    return lax.dot_general(a, b, NN, preferred_element_type=jnp.float32)
 
 
 def lanes(x: jax.Array, n: int) -> jax.Array:
@@ -46,12 +35,6 @@ def row_to_col(row: jax.Array) -> jax.Array:
 def col_to_row(col: jax.Array) -> jax.Array:
     """A (n, 128) lane-broadcast column as a (1, n) lane-dense row."""
     return col.T[:1, :]
-
-
-def probabilities(s: jax.Array, valid: jax.Array, lse: jax.Array) -> jax.Array:
-    """P = exp(S - lse) where valid, else 0, of a score tile and its rows' log-sum-exp (a
-    lane-broadcast column as wide as the tile, or a (1, n) row under a transposed tile)."""
-    return jnp.exp(jnp.where(valid, s - lse, NEG))
 
 
 def row_sums(tile: jax.Array) -> jax.Array:
@@ -285,6 +268,7 @@ class Call:
     scratch: Sequence[Any]
     depth: int
     key_major: bool = False
+    rescales: bool = False  # one more exp per row and visited key block (online softmax)
 
 
 def tiled_call(
@@ -312,7 +296,7 @@ def tiled_call(
         compiler_params=params,
         cost_estimate=pl.CostEstimate(
             flops=2 * e * call.depth,
-            transcendentals=e,
+            transcendentals=e + (lay.streamed() * lay.bq if call.rescales else 0),
             bytes_accessed=bytes_read(lay, operands, call.kinds, call.key_major) + written,
         ),
         interpret=interpret,

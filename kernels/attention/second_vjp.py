@@ -21,6 +21,8 @@ from jax.experimental.pallas import tpu as pltpu
 from ..tiling import LANES
 from ..types import Interpret, Ref
 from . import layout as lo
+from . import tiles
+from .tiles import Tiles, accumulate
 
 _OPERANDS = "q k v dk dv dq g_o lse c km"
 _KINDS = "qd kd kv kd kv qd qv qs qs km"
@@ -31,6 +33,7 @@ _KV_REFS = _OPERANDS + " grad_k grad_v key_col acc_k acc_v"
 def _q_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
     r = lo.named(refs, _Q_REFS)
     i, j = pl.program_id(2), pl.program_id(3)
+    t = Tiles(scale)
 
     @pl.when(j == 0)
     def _init() -> None:
@@ -40,15 +43,13 @@ def _q_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
             acc[...] = jnp.zeros(acc.shape, jnp.float32)
 
     def _step() -> None:
-        q, k, dk, g_o = r.q[...], r.k[...], r.dk[...], r.g_o[...]
-        valid = lay.valid(r.km[...], i, j)
-        p = lo.probabilities(scale * lo.nt(q, k), valid, lo.lanes(r.lse_col[...], lay.bk))
-        s_dot = scale * (lo.nt(r.dq[...], k) + lo.nt(q, dk))
-        ds = p * (lo.nt(g_o, r.v[...]) - lo.lanes(r.c_col[...], lay.bk))
-        a = ds * s_dot + p * lo.nt(g_o, r.dv[...])
-        r.mu[...] += lo.row_sums(p * s_dot)
+        q, k, dk = r.q[...], r.k[...], r.dk[...]
+        lse, c = lo.lanes(r.lse_col[...], lay.bk), lo.lanes(r.c_col[...], lay.bk)
+        p = t.probabilities(q, k, lay.valid(r.km[...], i, j), lse)
+        ds, a, ps = tiles.second_vjp(t, p, q, k, r.v[...], r.dq[...], dk, r.dv[...], r.g_o[...], c)
+        r.mu[...] += lo.row_sums(ps)
         r.sum_a[...] += lo.row_sums(a)
-        r.acc[...] += lo.nn(a.astype(k.dtype), k) + lo.nn(ds.astype(dk.dtype), dk)
+        r.acc[...] += accumulate(a, k) + accumulate(ds, dk)
 
     lo.when(lay.visits(i, j), _step)
 
@@ -63,6 +64,7 @@ def _q_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
 def _kv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
     r = lo.named(refs, _KV_REFS)
     j, i = pl.program_id(2), pl.program_id(3)
+    t = Tiles(scale, key_major=True)
 
     @pl.when(i == 0)
     def _init() -> None:
@@ -71,14 +73,11 @@ def _kv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         r.acc_v[...] = jnp.zeros(r.acc_v.shape, jnp.float32)
 
     def _step() -> None:  # (bk, bq) tiles; the row statistics broadcast from (1, bq) rows
-        q, dq, g_o = r.q[...], r.dq[...], r.g_o[...]
-        valid = lay.valid_t(r.key_col[...], j, i)
-        p = lo.probabilities(scale * lo.nt(r.k[...], q), valid, r.lse[...])
-        s_dot = scale * (lo.nt(r.k[...], dq) + lo.nt(r.dk[...], q))
-        ds = p * (lo.nt(r.v[...], g_o) - r.c[...])
-        a = ds * s_dot + p * lo.nt(r.dv[...], g_o)
-        r.acc_k[...] += lo.nn(a.astype(q.dtype), q) + lo.nn(ds.astype(dq.dtype), dq)
-        r.acc_v[...] += lo.nn((p * s_dot).astype(g_o.dtype), g_o)
+        q, k, dq, g_o = r.q[...], r.k[...], r.dq[...], r.g_o[...]
+        p = t.probabilities(q, k, lay.valid_t(r.key_col[...], j, i), r.lse[...])
+        ds, a, ps = tiles.second_vjp(t, p, q, k, r.v[...], dq, r.dk[...], r.dv[...], g_o, r.c[...])
+        r.acc_k[...] += accumulate(a, q) + accumulate(ds, dq)
+        r.acc_v[...] += accumulate(ps, g_o)
 
     lo.when(lay.visits(i, j), _step)
 

@@ -17,6 +17,8 @@ from jax.experimental.pallas import tpu as pltpu
 from ..tiling import LANES
 from ..types import Interpret, Ref
 from . import layout as lo
+from . import tiles
+from .tiles import Tiles, accumulate
 
 _REFS = (
     "q k v o lse km dq dk dv q_dot k_dot v_dot o_dot lse_dot"  # operands
@@ -28,6 +30,7 @@ _REFS = (
 def _kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
     r = lo.named(refs, _REFS)
     i, j = pl.program_id(2), pl.program_id(3)
+    t = Tiles(scale)
 
     @pl.when(j == 0)
     def _init() -> None:
@@ -37,22 +40,16 @@ def _kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
             acc[...] = jnp.zeros(acc.shape, jnp.float32)
 
     def _step() -> None:
-        q, k, v, dq, dk = r.q[...], r.k[...], r.v[...], r.dq[...], r.dk[...]
-        q_dot, k_dot, dv, v_dot = r.q_dot[...], r.k_dot[...], r.dv[...], r.v_dot[...]
-        valid = lay.valid(r.km[...], i, j)
-        p = lo.probabilities(scale * lo.nt(q, k), valid, lo.lanes(r.lse_col[...], lay.bk))
-        s_dot = scale * (lo.nt(dq, k) + lo.nt(q, dk))
-        s_prime = scale * (lo.nt(q_dot, k) + lo.nt(q, k_dot))
-        s_dot_prime = scale * (lo.nt(dq, k_dot) + lo.nt(q_dot, dk))
-        p_prime = p * (s_prime - lo.lanes(r.lse_dot_col[...], lay.bk))
-        ps = p * s_dot
-        m = p_prime * s_dot + p * s_dot_prime
+        q, k = r.q[...], r.k[...]
+        lse, lse_dot = (lo.lanes(col[...], lay.bk) for col in (r.lse_col, r.lse_dot_col))
+        p = t.probabilities(q, k, lay.valid(r.km[...], i, j), lse)
+        ps, m, p_prime = tiles.tangent_jvp(
+            t, p, q, k, r.dq[...], r.dk[...], r.q_dot[...], r.k_dot[...], lse_dot
+        )
         r.mu[...] += lo.row_sums(ps)
         r.mu_dot[...] += lo.row_sums(m)
         r.acc[...] += (
-            lo.nn(m.astype(v.dtype), v)
-            + lo.nn(p_prime.astype(dv.dtype), dv)
-            + lo.nn(ps.astype(v_dot.dtype), v_dot)
+            accumulate(m, r.v[...]) + accumulate(p_prime, r.dv[...]) + accumulate(ps, r.v_dot[...])
         )
 
     lo.when(lay.visits(i, j), _step)

@@ -9,116 +9,63 @@ from jax.experimental.pallas import tpu as pltpu
 
 from ..tiling import LANES
 from ..types import Interpret, Ref
-from .layout import (
-    NEG,
-    STATIC,
-    Layout,
-    compiler_params,
-    k_mask,
-    k_mask_streamed,
-    k_rows,
-    k_rows_streamed,
-    key_rows,
-    lanes,
-    layout,
-    nbytes,
-    nn,
-    nt,
-    out,
-    q_rows,
-    q_rows_streamed,
-    q_stat,
-    q_stat_streamed,
-    row_to_col,
-    stat_rows,
-    when,
-)
+from . import layout as lo
+from .tiles import Tiles, accumulate
+
+_OPERANDS = "q k v lse c km g_o"
+_KINDS = "qd kd kv qs qs km qv"
 
 
-def _dq_kernel(
-    q_ref: Ref,
-    k_ref: Ref,
-    v_ref: Ref,
-    lse_ref: Ref,
-    c_ref: Ref,
-    km_ref: Ref,
-    go_ref: Ref,
-    gq_ref: Ref,
-    lse_col_ref: Ref,
-    c_col_ref: Ref,
-    acc_ref: Ref,
-    *,
-    lay: Layout,
-    scale: float,
-) -> None:
+def _dq_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+    r = lo.named(refs, _OPERANDS + " g_q lse_col c_col acc")
     i, j = pl.program_id(2), pl.program_id(3)
+    t = Tiles(scale)
 
     @pl.when(j == 0)
     def _init() -> None:
-        lse_col_ref[...] = row_to_col(lse_ref[...])
-        c_col_ref[...] = row_to_col(c_ref[...])
-        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+        r.lse_col[...] = lo.row_to_col(r.lse[...])
+        r.c_col[...] = lo.row_to_col(r.c[...])
+        r.acc[...] = jnp.zeros(r.acc.shape, jnp.float32)
 
     def _step() -> None:
-        k = k_ref[...]
-        s = scale * nt(q_ref[...], k)
-        valid = lay.valid(km_ref[...], i, j)
-        p = jnp.exp(jnp.where(valid, s - lanes(lse_col_ref[...], lay.bk), NEG))
-        dp = nt(go_ref[...], v_ref[...])
-        ds = p * (dp - lanes(c_col_ref[...], lay.bk))
-        acc_ref[...] += nn(ds.astype(k.dtype), k)
+        k = r.k[...]
+        lse, c = lo.lanes(r.lse_col[...], lay.bk), lo.lanes(r.c_col[...], lay.bk)
+        p = t.probabilities(r.q[...], k, lay.valid(r.km[...], i, j), lse)
+        r.acc[...] += accumulate(t.ds(p, r.g_o[...], r.v[...], c), k)
 
-    when(lay.visits(i, j), _step)
+    lo.when(lay.visits(i, j), _step)
 
     @pl.when(j == lay.nk - 1)
     def _finish() -> None:
-        gq_ref[...] = (scale * acc_ref[...]).astype(gq_ref.dtype)
+        r.g_q[...] = (scale * r.acc[...]).astype(r.g_q.dtype)
 
 
-def _dkv_kernel(
-    q_ref: Ref,
-    k_ref: Ref,
-    v_ref: Ref,
-    lse_ref: Ref,
-    c_ref: Ref,
-    km_ref: Ref,
-    go_ref: Ref,
-    gk_ref: Ref,
-    gv_ref: Ref,
-    key_col_ref: Ref,
-    acc_k_ref: Ref,
-    acc_v_ref: Ref,
-    *,
-    lay: Layout,
-    scale: float,
-) -> None:
+def _dkv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+    r = lo.named(refs, _OPERANDS + " g_k g_v key_col acc_k acc_v")
     j, i = pl.program_id(2), pl.program_id(3)
+    t = Tiles(scale, key_major=True)
 
     @pl.when(i == 0)
     def _init() -> None:
-        key_col_ref[...] = row_to_col((km_ref[...] != 0).astype(jnp.float32))
-        acc_k_ref[...] = jnp.zeros(acc_k_ref.shape, jnp.float32)
-        acc_v_ref[...] = jnp.zeros(acc_v_ref.shape, jnp.float32)
+        r.key_col[...] = lo.row_to_col((r.km[...] != 0).astype(jnp.float32))
+        r.acc_k[...] = jnp.zeros(r.acc_k.shape, jnp.float32)
+        r.acc_v[...] = jnp.zeros(r.acc_v.shape, jnp.float32)
 
-    def _step() -> None:
-        q, go = q_ref[...], go_ref[...]
-        s_t = scale * nt(k_ref[...], q)  # (bk, bq)
-        valid = lay.valid_t(key_col_ref[...], j, i)
-        p_t = jnp.exp(jnp.where(valid, s_t - lse_ref[...], NEG))
-        acc_v_ref[...] += nn(p_t.astype(go.dtype), go)
-        dp_t = nt(v_ref[...], go)
-        ds_t = p_t * (dp_t - c_ref[...])
-        acc_k_ref[...] += nn(ds_t.astype(q.dtype), q)
+    def _step() -> None:  # (bk, bq) tiles; the row statistics broadcast from (1, bq) rows
+        q, g_o = r.q[...], r.g_o[...]
+        p = t.probabilities(q, r.k[...], lay.valid_t(r.key_col[...], j, i), r.lse[...])
+        r.acc_v[...] += accumulate(p, g_o)
+        r.acc_k[...] += accumulate(t.ds(p, g_o, r.v[...], r.c[...]), q)
 
-    when(lay.visits(i, j), _step)
+    lo.when(lay.visits(i, j), _step)
 
     @pl.when(i == lay.nq - 1)
     def _finish() -> None:
-        gk_ref[...] = (scale * acc_k_ref[...]).astype(gk_ref.dtype)
-        gv_ref[...] = acc_v_ref[...].astype(gv_ref.dtype)
+        r.g_k[...] = (scale * r.acc_k[...]).astype(r.g_k.dtype)
+        r.g_v[...] = r.acc_v[...].astype(r.g_v.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=STATIC)
+@functools.partial(jax.jit, static_argnames=lo.STATIC)
 def flash_vjp(
     q: jax.Array,
     k: jax.Array,
@@ -140,104 +87,33 @@ def flash_vjp(
     """The VJP of ``flash_forward`` (the transpose of ``flash_tangent``) for cotangents g_o, g_lse.
 
     Two kernels: g_q over query blocks (key blocks last), g_k and g_v over key blocks (query
-    blocks last). delta_i = g_o_i.o_i is computed here in float32 from the saved o and passed
-    as the row statistic delta - g_lse.
+    blocks last). c = g_o.o - g_lse is computed here in float32 from the saved o and passed as a
+    row statistic.
 
     Returns:
       g_q, g_k, g_v in the dtypes of q, k, v. Arguments as ``flash_tangent``; g_o (B, H, Tq, Dv),
       g_lse (B, H, Tq).
     """
-    lay = layout(q, k, v, block_q, block_k, causal, q_offset)
-    delta = jnp.sum(g_o.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)
-    rows = (stat_rows(lse), stat_rows(delta - g_lse.astype(jnp.float32)), key_rows(key_mask))
-    params = compiler_params(vmem_limit_bytes)
-    operands = (q, k, v, *rows, g_o)
-    g_q = _dq_call(operands, lay, scale, params, interpret)
-    g_k, g_v = _dkv_call(operands, lay, scale, params, interpret)
+    lay = lo.layout(q, k, v, block_q, block_k, causal, q_offset)
+    c = jnp.sum(g_o.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)
+    c = c - g_lse.astype(jnp.float32)
+    operands = (q, k, v, lo.stat_rows(lse), lo.stat_rows(c), lo.key_rows(key_mask), g_o)
+    params = lo.compiler_params(vmem_limit_bytes)
+    rows = pltpu.VMEM((lay.bq, LANES), jnp.float32)
+    dq_call = lo.Call(
+        _KINDS, "qd", [rows, rows, pltpu.VMEM((lay.bq, lay.d), jnp.float32)], 2 * lay.d + lay.dv
+    )
+    kernel = functools.partial(_dq_kernel, lay=lay, scale=scale)
+    out_q = (lo.out(q.shape, q.dtype, q),)
+    (g_q,) = lo.tiled_call(kernel, lay, dq_call, operands, out_q, params, interpret)
+    dkv_call = lo.Call(
+        _KINDS,
+        "kd kv",
+        [pltpu.VMEM((lay.bk, w), jnp.float32) for w in (LANES, lay.d, lay.dv)],
+        2 * lay.d + 2 * lay.dv,
+        key_major=True,
+    )
+    kernel = functools.partial(_dkv_kernel, lay=lay, scale=scale)
+    out_kv = (lo.out(k.shape, k.dtype, q), lo.out(v.shape, v.dtype, q))
+    g_k, g_v = lo.tiled_call(kernel, lay, dkv_call, operands, out_kv, params, interpret)
     return g_q, g_k, g_v
-
-
-def _dq_call(
-    operands: tuple[jax.Array, ...],
-    lay: Layout,
-    scale: float,
-    params: pltpu.CompilerParams,
-    interpret: Interpret,
-) -> jax.Array:
-    """g_q over query blocks, the key blocks last; c = delta - g_lse as lane-dense rows."""
-    q, k, v, _, _, _, g_o = operands  # q, k, v, lse rows, c rows, key rows, g_o
-    b, h, e = lay.batch, lay.heads, lay.elements()
-    kv_item = lay.d * k.dtype.itemsize + lay.dv * v.dtype.itemsize
-    return pl.pallas_call(
-        functools.partial(_dq_kernel, lay=lay, scale=scale),
-        out_shape=out(q.shape, q.dtype, q),
-        grid=(b, h, lay.nq, lay.nk),
-        in_specs=[
-            q_rows(lay, lay.d),
-            k_rows_streamed(lay, lay.d),
-            k_rows_streamed(lay, lay.dv),
-            q_stat(lay),
-            q_stat(lay),
-            k_mask_streamed(lay),
-            q_rows(lay, lay.dv),
-        ],
-        out_specs=q_rows(lay, lay.d),
-        scratch_shapes=[
-            pltpu.VMEM((lay.bq, LANES), jnp.float32),
-            pltpu.VMEM((lay.bq, LANES), jnp.float32),
-            pltpu.VMEM((lay.bq, lay.d), jnp.float32),
-        ],
-        compiler_params=params,
-        cost_estimate=pl.CostEstimate(
-            flops=2 * e * (2 * lay.d + lay.dv),
-            transcendentals=e,
-            bytes_accessed=2 * nbytes(q)
-            + nbytes(g_o)
-            + b * h * lay.tq * 8
-            + lay.streamed() * lay.bk * (kv_item + 4),
-        ),
-        interpret=interpret,
-    )(*operands)
-
-
-def _dkv_call(
-    operands: tuple[jax.Array, ...],
-    lay: Layout,
-    scale: float,
-    params: pltpu.CompilerParams,
-    interpret: Interpret,
-) -> tuple[jax.Array, jax.Array]:
-    """g_k and g_v over key blocks, the query blocks last (transposed score tiles)."""
-    q, k, v, _, _, _, g_o = operands  # q, k, v, lse rows, c rows, key rows, g_o
-    b, h, e = lay.batch, lay.heads, lay.elements()
-    q_item, go_item = q.dtype.itemsize, g_o.dtype.itemsize
-    g_k, g_v = pl.pallas_call(
-        functools.partial(_dkv_kernel, lay=lay, scale=scale),
-        out_shape=(out(k.shape, k.dtype, q), out(v.shape, v.dtype, q)),
-        grid=(b, h, lay.nk, lay.nq),
-        in_specs=[
-            q_rows_streamed(lay, lay.d),
-            k_rows(lay, lay.d),
-            k_rows(lay, lay.dv),
-            q_stat_streamed(lay),
-            q_stat_streamed(lay),
-            k_mask(lay),
-            q_rows_streamed(lay, lay.dv),
-        ],
-        out_specs=(k_rows(lay, lay.d), k_rows(lay, lay.dv)),
-        scratch_shapes=[
-            pltpu.VMEM((lay.bk, LANES), jnp.float32),
-            pltpu.VMEM((lay.bk, lay.d), jnp.float32),
-            pltpu.VMEM((lay.bk, lay.dv), jnp.float32),
-        ],
-        compiler_params=params,
-        cost_estimate=pl.CostEstimate(
-            flops=2 * e * (2 * lay.d + 2 * lay.dv),
-            transcendentals=e,
-            bytes_accessed=2 * nbytes(k, v)
-            + b * lay.tk * 4
-            + lay.streamed() * lay.bq * (lay.d * q_item + lay.dv * go_item + 8),
-        ),
-        interpret=interpret,
-    )(*operands)
-    return g_k, g_v

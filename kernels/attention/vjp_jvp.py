@@ -19,6 +19,8 @@ from jax.experimental.pallas import tpu as pltpu
 from ..tiling import LANES
 from ..types import Interpret, Ref
 from . import layout as lo
+from . import tiles
+from .tiles import Tiles, accumulate
 
 _OPERANDS = "q k v k_dot v_dot q_dot g_o lse lse_dot c c_dot km"
 _DQ_REFS = _OPERANDS + " gq_dot lse_col lse_dot_col c_col c_dot_col acc"
@@ -28,6 +30,7 @@ _DKV_REFS = _OPERANDS + " gk_dot gv_dot key_col acc_k acc_v"
 def _dq_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
     r = lo.named(refs, _DQ_REFS)
     i, j = pl.program_id(2), pl.program_id(3)
+    t = Tiles(scale)
     cols = (r.lse_col, r.lse_dot_col, r.c_col, r.c_dot_col)
 
     @pl.when(j == 0)
@@ -37,14 +40,13 @@ def _dq_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         r.acc[...] = jnp.zeros(r.acc.shape, jnp.float32)
 
     def _step() -> None:
-        q, k, k_dot, g_o = r.q[...], r.k[...], r.k_dot[...], r.g_o[...]
+        q, k, k_dot = r.q[...], r.k[...], r.k_dot[...]
         lse, lse_dot, c, c_dot = (lo.lanes(col[...], lay.bk) for col in cols)
-        p = lo.probabilities(scale * lo.nt(q, k), lay.valid(r.km[...], i, j), lse)
-        p_prime = p * (scale * (lo.nt(r.q_dot[...], k) + lo.nt(q, k_dot)) - lse_dot)
-        dp_c = lo.nt(g_o, r.v[...]) - c
-        ds = p * dp_c
-        ds_prime = p_prime * dp_c + p * (lo.nt(g_o, r.v_dot[...]) - c_dot)
-        r.acc[...] += lo.nn(ds_prime.astype(k.dtype), k) + lo.nn(ds.astype(k_dot.dtype), k_dot)
+        p = t.probabilities(q, k, lay.valid(r.km[...], i, j), lse)
+        ds, ds_prime, _ = tiles.vjp_jvp(
+            t, p, q, k, r.v[...], r.q_dot[...], k_dot, r.v_dot[...], r.g_o[...], lse_dot, c, c_dot
+        )
+        r.acc[...] += accumulate(ds_prime, k) + accumulate(ds, k_dot)
 
     lo.when(lay.visits(i, j), _step)
 
@@ -56,6 +58,7 @@ def _dq_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
 def _dkv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
     r = lo.named(refs, _DKV_REFS)
     j, i = pl.program_id(2), pl.program_id(3)
+    t = Tiles(scale, key_major=True)
 
     @pl.when(i == 0)
     def _init() -> None:
@@ -65,14 +68,13 @@ def _dkv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
 
     def _step() -> None:  # (bk, bq) tiles; the row statistics broadcast from (1, bq) rows
         q, k, q_dot, g_o = r.q[...], r.k[...], r.q_dot[...], r.g_o[...]
-        valid = lay.valid_t(r.key_col[...], j, i)
-        p = lo.probabilities(scale * lo.nt(k, q), valid, r.lse[...])
-        p_prime = p * (scale * (lo.nt(k, q_dot) + lo.nt(r.k_dot[...], q)) - r.lse_dot[...])
-        dp_c = lo.nt(r.v[...], g_o) - r.c[...]
-        ds = p * dp_c
-        ds_prime = p_prime * dp_c + p * (lo.nt(r.v_dot[...], g_o) - r.c_dot[...])
-        r.acc_k[...] += lo.nn(ds_prime.astype(q.dtype), q) + lo.nn(ds.astype(q_dot.dtype), q_dot)
-        r.acc_v[...] += lo.nn(p_prime.astype(g_o.dtype), g_o)
+        p = t.probabilities(q, k, lay.valid_t(r.key_col[...], j, i), r.lse[...])
+        stats = (r.lse_dot[...], r.c[...], r.c_dot[...])
+        ds, ds_prime, p_prime = tiles.vjp_jvp(
+            t, p, q, k, r.v[...], q_dot, r.k_dot[...], r.v_dot[...], g_o, *stats
+        )
+        r.acc_k[...] += accumulate(ds_prime, q) + accumulate(ds, q_dot)
+        r.acc_v[...] += accumulate(p_prime, g_o)
 
     lo.when(lay.visits(i, j), _step)
 
