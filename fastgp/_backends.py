@@ -34,11 +34,7 @@ Op: TypeAlias = Literal["penalty", "attention"]
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
 INTERPRET_BACKENDS: tuple[Backend, ...] = ("interpret", "tpu-interpret", "gpu-interpret")
 KERNEL_BACKENDS: tuple[Backend, ...] = ("pallas", *INTERPRET_BACKENDS)
-# Attention has TPU kernels only: no GPU interpret mode.
-OP_BACKENDS: dict[Op, tuple[Backend, ...]] = {
-    "penalty": BACKENDS,
-    "attention": tuple(b for b in BACKENDS if b != "gpu-interpret"),
-}
+OP_BACKENDS: dict[Op, tuple[Backend, ...]] = {"penalty": BACKENDS, "attention": BACKENDS}
 _CALLER: dict[Op, str] = {"penalty": "fastgp", "attention": "fastgp.attention"}
 _NOT_IN_SHARD_MAP: tuple[Backend, ...] = ("interpret", "gpu-interpret")
 

@@ -9,7 +9,6 @@ lowers only those for the platforms being compiled.
 
     when                    raises when the program is lowered ...
     "always"                at all (a branch for a platform the backend cannot run on)
-    "off-tpu"               for any platform but TPU alone
     "partitioned"           for several devices under Auto sharding
     "exported-partitioned"  for several devices by ``jax.export`` (custom_partitioning's Python
                             callbacks cannot be exported)
@@ -21,7 +20,7 @@ import jax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-When: TypeAlias = Literal["always", "off-tpu", "partitioned", "exported-partitioned"]
+When: TypeAlias = Literal["always", "partitioned", "exported-partitioned"]
 
 _refusal_p = Primitive("fastgp_refusal")
 _refusal_p.def_abstract_eval(lambda x, *, message, when: x)
@@ -42,8 +41,6 @@ def _holds(ctx: Any, when: When) -> bool:
     module = ctx.module_context
     if when == "always":
         return True
-    if when == "off-tpu":
-        return tuple(module.platforms) != ("tpu",)
     several = getattr(module.axis_context, "num_devices", 1) > 1
     if when == "partitioned":
         return bool(several)

@@ -8,8 +8,9 @@ blockwise XLA loops (``flash-xla/fastgp``), compiled for one chip by ``benchmark
 (``attention_tpu.json``): peak memory and bytes. XLA's cost analysis counts a while loop's body
 once, so the XLA rows' bytes and flops are lower bounds; the peak is the compiler's allocation.
 CPU: the same step on ``zoo.critics.vit32`` (64 tokens, float32, batch 8) timed interleaved with
-XLA and with the kernels in Pallas interpret mode, the only way they run on a CPU. GPU has no
-attention kernel, so "auto" is XLA there with nothing to compare.
+XLA and with the kernels in Pallas interpret mode, the only way they run on a CPU. GPU: the
+Triton kernels have not been timed on a GPU (``benchmarks/gpu/check.sh`` does it where one is
+lent), so "auto" stays XLA there.
 """
 
 import argparse

@@ -1,10 +1,16 @@
 """Attention's backend binding: its passes on the Pallas kernels of ``fastgp.kernels.attention``.
 
 Registered as the implementations of ``fastgp._attention.rules``'s primitives for the kernel
-backends: ``"pallas"`` (Mosaic, on TPU), ``"interpret"`` (Pallas interpret mode) and
-``"tpu-interpret"`` (``pltpu.InterpretParams``, which also simulates TPU memory). A ``"pallas"``
-program lowered for any platform but TPU fails with a ValueError naming the alternatives
-(``fastgp._attention.sharding``).
+backends: ``"pallas"`` (Mosaic on TPU, Triton on GPU, chosen by the platform the program is
+lowered for), ``"interpret"`` (the TPU kernels in Pallas interpret mode), ``"tpu-interpret"``
+(``pltpu.InterpretParams``, which also simulates TPU memory) and ``"gpu-interpret"`` (the Triton
+kernels in interpret mode). A ``"pallas"`` program lowered for any other platform fails with a
+ValueError naming the alternatives.
+
+Both kernel families take the arrays as ``fastgp._attention.padded`` pads them (lengths to the
+TPU blocks in ``Config``). The Triton kernels then walk them in power-of-two tiles that divide
+those blocks (``gpu_blocks``), and need power-of-two head dims >= 16: other head dims are padded
+with zero features here, which changes no score, and the results sliced back.
 """
 
 from collections.abc import Callable
@@ -12,14 +18,18 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
 
 from fastgp import _backends as backends
-from fastgp._attention import rules
+from fastgp._attention import rules, xla
 from fastgp._attention.config import Config
+from fastgp._refusals import refuse_when_lowered
 from fastgp._typing import Backend
 from fastgp.kernels import attention as kernels
+from fastgp.kernels.attention import gpu
 
-_KERNELS: dict[str, Callable[..., Any]] = {
+_TPU_KERNELS: dict[str, Callable[..., Any]] = {
     "forward": kernels.flash_forward,
     "tangent": kernels.flash_tangent,
     "vjp": kernels.flash_vjp,
@@ -27,6 +37,21 @@ _KERNELS: dict[str, Callable[..., Any]] = {
     "vjp_jvp": kernels.flash_vjp_jvp,
     "second_vjp": kernels.flash_second_vjp,
 }
+# The width of each 4-D result: "d" the head dim of q and k, "v" that of v; "s" a statistic.
+_RESULT_WIDTHS = {
+    "forward": "vs",
+    "tangent": "vs",
+    "vjp": "ddv",
+    "tangent_jvp": "vs",
+    "vjp_jvp": "ddv",
+    "second_vjp": "ddvvs",
+}
+_OFF_PLATFORM_MESSAGE = (
+    "fastgp.attention(backend='pallas') runs Pallas kernels on TPU (Mosaic) and GPU (Triton), "
+    "but this program is being lowered for another platform. Use backend='interpret', "
+    "'tpu-interpret' or 'gpu-interpret' to run the kernels on CPU, 'xla' for the blockwise jnp "
+    "loops, or 'auto'."
+)
 
 
 def blocks(backend: Backend, tq: int, tk: int, d: int, itemsize: int) -> tuple[int, int]:
@@ -35,21 +60,19 @@ def blocks(backend: Backend, tq: int, tk: int, d: int, itemsize: int) -> tuple[i
     return tiles.block_q, tiles.block_k
 
 
-def _impl(name: str, config: Config) -> rules.Impl:
-    kernel = _KERNELS[name]
+def _mask_at(name: str) -> int:
+    return 3 if name == "forward" else 5
+
+
+def _tpu(name: str, config: Config) -> rules.Impl:
+    kernel = _TPU_KERNELS[name]
 
     def run(*args: jax.Array) -> tuple[jax.Array, ...]:
-        mask_at = 3 if name == "forward" else 5
         q, k = args[0], args[1]
-        tiles = kernels.blocks(
-            q.shape[2],
-            k.shape[2],
-            q.shape[3],
-            q.dtype.itemsize,
-            backends.generation(config.backend),
-        )
+        generation = backends.generation(config.backend)
+        tiles = kernels.blocks(q.shape[2], k.shape[2], q.shape[3], q.dtype.itemsize, generation)
         operands = list(args)
-        operands[mask_at] = operands[mask_at].astype(jnp.int32)
+        operands[_mask_at(name)] = operands[_mask_at(name)].astype(jnp.int32)
         return tuple(
             kernel(
                 *operands,
@@ -64,6 +87,61 @@ def _impl(name: str, config: Config) -> rules.Impl:
         )
 
     return run
+
+
+def _gpu_width(width: int) -> int:
+    return max(16, pl.next_power_of_2(width))
+
+
+def _pad_features(x: jax.Array, width: int) -> jax.Array:
+    return jnp.pad(x, [(0, 0)] * 3 + [(0, width - x.shape[3])])
+
+
+def _gpu(name: str, config: Config) -> rules.Impl:
+    kernel = gpu.PASSES[name]
+
+    def run(*args: jax.Array) -> tuple[jax.Array, ...]:
+        q, v = args[0], args[2]
+        d, dv = q.shape[3], v.shape[3]
+        width = {d: _gpu_width(d), dv: _gpu_width(dv)}
+        operands = [x if x.ndim != 4 else _pad_features(x, width[x.shape[3]]) for x in args]
+        block_q, block_k = gpu.gpu_blocks(q.shape[2], args[1].shape[2])
+        results = kernel(
+            *operands,
+            scale=config.scale,
+            causal=config.causal,
+            q_offset=config.q_offset,
+            block_q=block_q,
+            block_k=block_k,
+            interpret=config.backend == "gpu-interpret",
+        )
+        widths = {"d": d, "v": dv}
+        return tuple(
+            r if w == "s" else r[..., : widths[w]]
+            for r, w in zip(results, _RESULT_WIDTHS[name], strict=True)
+        )
+
+    return run
+
+
+def _refused(name: str, config: Config) -> rules.Impl:
+    """The XLA pass, in a program whose lowering raises the off-platform ValueError."""
+    xla_pass = xla.PASSES[name]
+
+    def run(*args: jax.Array) -> tuple[jax.Array, ...]:
+        first, *rest = xla_pass(*args, config=config)
+        return (refuse_when_lowered(first, _OFF_PLATFORM_MESSAGE, "always"), *rest)
+
+    return run
+
+
+def _impl(name: str, config: Config) -> rules.Impl:
+    if config.backend in ("interpret", "tpu-interpret"):
+        return _tpu(name, config)
+    if config.backend == "gpu-interpret":
+        return _gpu(name, config)
+    tpu, cuda, default = _tpu(name, config), _gpu(name, config), _refused(name, config)
+    return lambda *args: tuple(lax.platform_dependent(*args, tpu=tpu, cuda=cuda, default=default))
 
 
 for _backend in backends.OP_BACKENDS["attention"]:

@@ -12,7 +12,8 @@ loops itself). For the kernels:
 * Auto-sharded ``jax.jit`` over several devices: refused when lowered, with an error naming the
   ways out (custom_partitioning cannot carry a Mosaic call, as for the norm kernels).
 
-``"pallas"`` lowered for any platform but TPU is refused too (``fastgp._refusals``).
+``"pallas"`` lowered for any platform but TPU and GPU is refused by the binding
+(``fastgp._attention.binding``).
 """
 
 from collections.abc import Sequence
@@ -28,15 +29,10 @@ from fastgp._refusals import refuse_when_lowered
 from fastgp._sharding import mesh_of, mode_of, spec_of
 from fastgp.distributed import varying_axes
 
-_OFF_TPU_MESSAGE = (
-    "fastgp.attention(backend='pallas') runs Mosaic TPU kernels, but this program is being "
-    "lowered for another platform. Use backend='interpret' or 'tpu-interpret' to run the "
-    "kernels on CPU, 'xla' for the blockwise jnp loops, or 'auto'."
-)
 _AUTO_MESSAGE = (
     "fastgp.attention(backend={backend!r}) cannot run its kernels on this Auto-sharded program "
-    "over several devices: custom_partitioning cannot carry a Mosaic call, so each device would "
-    "get the whole batch. Run the step under explicit sharding (jax.make_mesh with "
+    "over several devices: custom_partitioning cannot carry a Pallas kernel call, so each "
+    "device would get the whole batch. Run the step under explicit sharding (jax.make_mesh with "
     "AxisType.Explicit axes, jax.set_mesh) or inside shard_map, where each device runs its own "
     "batch and heads, or use backend='xla' (the blockwise loops, which XLA partitions)."
 )
@@ -112,8 +108,6 @@ def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.
     """``prim.bind(*args, config=config)`` with the kernel run per device (see the module)."""
     if config.backend == "xla":
         return prim.bind(*args, config=config)
-    if config.backend == "pallas":
-        args = (refuse_when_lowered(args[0], _OFF_TPU_MESSAGE, "off-tpu"), *args[1:])
     mode = mode_of(args[0], f"fastgp.attention(backend={config.backend!r})")
     if mode == "auto":
         message = _AUTO_MESSAGE.format(backend=config.backend)

@@ -119,9 +119,7 @@ def flash_second_vjp(
     """
     lay = lo.layout(q, k, v, block_q, block_k, causal, q_offset)
     b, h = lay.batch, lay.heads
-    c = jnp.sum(g_o.astype(jnp.float32) * o.astype(jnp.float32), axis=-1) - g_lse.astype(
-        jnp.float32
-    )
+    c = tiles.row_dots(g_o, o) - g_lse.astype(jnp.float32)
     rows = (lo.stat_rows(lse), lo.stat_rows(c), lo.key_rows(key_mask))
     operands = (q, k, v, dk, dv, dq, g_o, *rows)
     params = lo.compiler_params(vmem_limit_bytes)

@@ -33,6 +33,11 @@ def accumulate(tile: jax.Array, other: jax.Array) -> jax.Array:
     return nn(tile.astype(other.dtype), other)
 
 
+def row_dots(a: jax.Array, b: jax.Array) -> jax.Array:
+    """(..., T) float32 dot products of the rows of two (..., T, W) arrays: a query's g_o.o."""
+    return jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32), axis=-1)
+
+
 @dataclasses.dataclass(frozen=True)
 class Tiles:
     """Score-shaped products in one orientation, and the passes' tiles built from them."""
@@ -92,4 +97,14 @@ def tangent_jvp(
     return p * s_dot, p_prime * s_dot + p * t.along(q_dot, k_dot, dq, dk), p_prime
 
 
-__all__ = ["NEG", "Tiles", "accumulate", "nn", "nt", "second_vjp", "tangent_jvp", "vjp_jvp"]
+__all__ = [
+    "NEG",
+    "Tiles",
+    "accumulate",
+    "nn",
+    "nt",
+    "row_dots",
+    "second_vjp",
+    "tangent_jvp",
+    "vjp_jvp",
+]

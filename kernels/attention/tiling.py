@@ -17,8 +17,9 @@ second-order passes), so the caller pads Tq and Tk once. Three figures of the ch
 
 Then each is fitted to its length: the whole length (rounded up to 128) when it fits in one
 block, else equal blocks of a multiple of 128 (so 600 rows are two blocks of 384, not 512 + 88).
-A length under 128 is one block of the length rounded up to the sublane packing (8 for f32, 16
-for bf16/f16): blocks equal to the (padded) array dims satisfy Mosaic's (8, 128) rule.
+A length under 128 is one block of the length rounded up to 16 (the sublane packing of bf16, and
+the smallest tile of Triton's matmuls, so that the GPU kernels can walk the same padded arrays):
+blocks equal to the (padded) array dims satisfy Mosaic's (8, 128) rule.
 
 ``generation=None`` (unknown target: AOT lowering from a CPU host, interpret mode) takes the
 smallest of each figure over the supported generations, which compiles on all of them.
@@ -34,6 +35,7 @@ MAX_BLOCK_Q = 1024
 BLOCK_K = 512
 TEMPORARIES = 8  # (block_q, block_k) float32 values live at once in the heaviest kernel
 RIDGE_MARGIN = 2  # block_q at twice the ridge point: K/V streaming under half the compute time
+GPU_MULTIPLE = 16  # a short length's block, so that the GPU kernels' tiles (>= 16) divide it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +77,7 @@ def _generation_blocks(generation: str, itemsize: int, d: int) -> Blocks:
 
 def _fit(length: int, target: int, itemsize: int) -> int:
     if length < LANES:
-        return round_up(max(length, 1), sublane_packing(itemsize))
+        return round_up(max(length, 1), max(GPU_MULTIPLE, sublane_packing(itemsize)))
     if length <= target:
         return round_up(length, LANES)
     steps = -(-length // target)

@@ -10,6 +10,7 @@ from jax.experimental.pallas import tpu as pltpu
 from ..tiling import LANES
 from ..types import Interpret, Ref
 from . import layout as lo
+from . import tiles
 from .tiles import Tiles, accumulate
 
 _OPERANDS = "q k v lse c km g_o"
@@ -95,8 +96,7 @@ def flash_vjp(
       g_lse (B, H, Tq).
     """
     lay = lo.layout(q, k, v, block_q, block_k, causal, q_offset)
-    c = jnp.sum(g_o.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)
-    c = c - g_lse.astype(jnp.float32)
+    c = tiles.row_dots(g_o, o) - g_lse.astype(jnp.float32)
     operands = (q, k, v, lo.stat_rows(lse), lo.stat_rows(c), lo.key_rows(key_mask), g_o)
     params = lo.compiler_params(vmem_limit_bytes)
     rows = pltpu.VMEM((lay.bq, LANES), jnp.float32)

@@ -117,9 +117,8 @@ def flash_vjp_jvp(
       g_q_dot, g_k_dot, g_v_dot in the dtypes of q, k, v.
     """
     lay = lo.layout(q, k, v, block_q, block_k, causal, q_offset)
-    g_o32 = g_o.astype(jnp.float32)
-    c = jnp.sum(g_o32 * o.astype(jnp.float32), axis=-1) - g_lse.astype(jnp.float32)
-    c_dot = jnp.sum(g_o32 * o_dot.astype(jnp.float32), axis=-1)
+    c = tiles.row_dots(g_o, o) - g_lse.astype(jnp.float32)
+    c_dot = tiles.row_dots(g_o, o_dot)
     stats = tuple(lo.stat_rows(x) for x in (lse, lse_dot, c, c_dot))
     operands = (q, k, v, k_dot, v_dot, q_dot, g_o, *stats, lo.key_rows(key_mask))
     kinds = "qd kd kv kd kv qd qv qs qs qs qs km"

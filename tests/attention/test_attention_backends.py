@@ -1,8 +1,9 @@
 """Every backend of fastgp.attention equals the oracle: one case set over the op's backends.
 
-The backends are the op's own list, ``fastgp._backends.OP_BACKENDS["attention"]`` (the penalty's
-but ``"gpu-interpret"``: attention has TPU kernels only), less ``"pallas"``, which needs a TPU
-(tests/attention/test_attention_kernels.py compiles the kernels for TPU generations). Each case
+The backends are the op's own list, ``fastgp._backends.OP_BACKENDS["attention"]``, less
+``"pallas"``, which needs a TPU or a GPU (tests/attention/test_attention_kernels.py compiles the
+TPU kernels for TPU generations, tests/attention/test_attention_gpu_kernels.py lowers the Triton
+kernels for CUDA). Each case
 compiles the value and every derivative the penalty and nested autodiff take (JVP, VJP, both
 Hessian-vector products, reverse-over-forward) as one program and compares them with
 ``fastgp.naive_attention``'s, on the cases that reach every masking path.

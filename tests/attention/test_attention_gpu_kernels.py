@@ -1,0 +1,190 @@
+"""The GPU (Triton) attention kernels in Pallas interpret mode, against the TPU kernels' oracles,
+and lowered for CUDA from this host.
+
+Each pass of ``fastgp.kernels.attention.gpu`` against the same independent oracles as the TPU
+kernels (tests/attention/test_attention_kernels.py): the forward against naive attention, the
+tangent and VJP against ``jax.jvp``/``jax.vjp`` of it, the second-order passes against JAX's
+derivatives of the dense tangent pass; float32 at rtol 1e-5 and bf16 against the float32 oracle.
+Cases: the TPU set with lengths a multiple of 16 (Triton's smallest matmul), blocks from
+``gpu_blocks``, so that several query and key blocks, causal skipping, empty rows and a key
+block no query sees are all reached.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_attention import RTOL, derivatives, pair, rel_err
+from test_attention_kernels import (
+    CASES,
+    SCALE,
+    Case,
+    assert_matches,
+    close,
+    empty_rows,
+    f32,
+    inputs,
+    oracle,
+    second_order_inputs,
+    second_order_oracles,
+)
+
+import fastgp
+from fastgp.kernels.attention import gpu
+
+TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
+
+
+def gpu_case(case: Case) -> Case:
+    block_q, block_k = gpu.gpu_blocks(case.tq, case.tk)
+    return dataclasses.replace(case, bq=block_q, bk=block_k)
+
+
+GPU_CASES = [gpu_case(c) for c in CASES[:3]] + [
+    gpu_case(Case(1, 2, 48, 32, 32, 32, True, 0, 0, "none")),  # short: blocks of 16 and 32
+]
+
+
+def run(name, case, *args):
+    return gpu.PASSES[name](
+        *args, scale=SCALE, causal=case.causal, block_q=case.bq, block_k=case.bk, interpret=True
+    )
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=str)
+def test_first_order_passes_match_naive_attention(case):
+    p, t, g_o, g_lse, mask = inputs(case)
+    x, d = (p["q"], p["k"], p["v"]), (t["q"], t["k"], t["v"])
+    fn = oracle(case, mask)
+    (ref_o, ref_lse), (ref_do, ref_dlse) = jax.jvp(fn, x, d)
+    o, lse = run("forward", case, *x, mask)
+    close(o, ref_o, 1e-5)
+    close(lse, ref_lse, 1e-5)
+    do, dlse = run("tangent", case, *x, o, lse, mask, *d)
+    close(do, ref_do, 1e-5)
+    close(dlse, ref_dlse, 1e-5)
+    grads = run("vjp", case, *x, o, lse, mask, g_o, g_lse)
+    for got, want in zip(grads, jax.vjp(fn, *x)[1]((g_o, g_lse)), strict=True):
+        close(got, want, 1e-5)
+    rows = empty_rows(case).nonzero()
+    for out in (o, do, grads[0]):
+        assert np.all(np.asarray(out)[rows[0], :, rows[1]] == 0)
+
+
+def second_order(case, primal, mask, d, g, dot):
+    return {
+        "tangent_jvp": run("tangent_jvp", case, *primal, mask, *d, *dot),
+        "vjp_jvp": run("vjp_jvp", case, *primal, mask, *g, *dot),
+        "second_vjp": run("second_vjp", case, *primal, mask, *d, *g),
+    }
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=str)
+def test_second_order_passes_match_autodiff_of_the_dense_passes(case):
+    primal, mask, d, g, dot = second_order_inputs(case)
+    want = second_order_oracles(case, primal, mask, d, g, dot)
+    assert_matches(second_order(case, primal, mask, d, g, dot), want, primal, 1e-5)
+
+
+def test_bf16_inputs_match_the_float32_oracle():
+    case = GPU_CASES[1]
+    p, t, g_o, g_lse, mask = inputs(case, jnp.bfloat16, seed=2)
+    x, d = (p["q"], p["k"], p["v"]), (t["q"], t["k"], t["v"])
+    fn = oracle(case, mask)
+    x32, d32 = tuple(f32(a) for a in x), tuple(f32(a) for a in d)
+    (ref_o, _), (ref_do, _) = jax.jvp(fn, x32, d32)
+    o, lse = run("forward", case, *x, mask)
+    assert o.dtype == jnp.bfloat16 and lse.dtype == jnp.float32
+    close(o, ref_o, 2e-2)
+    do, _ = run("tangent", case, *x, o, lse, mask, *d)
+    assert do.dtype == jnp.bfloat16
+    close(do, ref_do, 3e-2)
+    grads = run("vjp", case, *x, o, lse, mask, g_o, g_lse)
+    for got, want in zip(grads, jax.vjp(fn, *x32)[1]((f32(g_o), g_lse)), strict=True):
+        assert got.dtype == jnp.bfloat16
+        close(got, want, 3e-2)
+    primal, mask, d, g, dot = second_order_inputs(case, jnp.bfloat16, seed=7)
+    want = second_order_oracles(case, primal, mask, d, g, dot)
+    assert_matches(second_order(case, primal, mask, d, g, dot), want, primal, 3e-2)
+
+
+@pytest.mark.parametrize("name", list(gpu.PASSES))
+def test_every_pass_lowers_to_triton_for_cuda(name):
+    """bf16, D = 64, T = 768 (not a power of two: the walked side is sliced, never whole)."""
+    s = jax.ShapeDtypeStruct
+    b, h, t, d = 2, 2, 768, 64
+    x, rows = s((b, h, t, d), jnp.bfloat16), s((b, h, t), jnp.float32)
+    mask = s((b, t), jnp.int32)
+    primal = (x, x, x, x, rows)
+    operands = {
+        "forward": (x, x, x, mask),
+        "tangent": (*primal, mask, x, x, x),
+        "vjp": (*primal, mask, x, rows),
+        "tangent_jvp": (*primal, mask, x, x, x, *primal),
+        "vjp_jvp": (*primal, mask, x, rows, *primal),
+        "second_vjp": (*primal, mask, x, x, x, x, rows),
+    }[name]
+    block_q, block_k = gpu.gpu_blocks(t, t)
+    fn = lambda *a: gpu.PASSES[name](*a, scale=0.125, causal=True, block_q=block_q, block_k=block_k)
+    exported = jax.export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=[TRITON])(
+        *operands
+    )
+    text = exported.mlir_module()
+    calls = 2 if name in ("vjp", "vjp_jvp", "second_vjp") else 1
+    assert text.count("__gpu$xla.gpu.triton") == calls
+    assert f"fastgp_attention_{name}" in text
+
+
+def _critic_step(backend, second_order):
+    """A one-block attention critic's WGAN-GP step (critic loss + penalty, value_and_grad)."""
+
+    def critic(params, x):
+        b, t, _ = x.shape
+        q, k, v = (jnp.tanh(x @ params[n]).reshape(b, t, 2, 64) for n in "qkv")
+        o = jnp.asarray(0.0) + fastgp.attention(q, k, v, is_causal=True, backend=backend)
+        return jnp.mean(o.reshape(b, t, -1) @ params["out"], axis=(1, 2))
+
+    def loss(params, real, fake, key):
+        score = lambda x: critic(params, x)
+        x_hat = fastgp.interpolate(key, real, fake)
+        penalty = fastgp.gradient_penalty(score, x_hat, second_order=second_order)
+        return jnp.mean(score(fake)) - jnp.mean(score(real)) + penalty
+
+    return jax.value_and_grad(loss)
+
+
+@pytest.mark.parametrize("second_order", ["reverse-over-forward", "reverse"])
+def test_the_whole_penalty_step_runs_every_pass_on_triton_for_cuda(second_order):
+    """backend="pallas" exported for CUDA: the forward, tangent, VJP and second-order kernels
+    are all Triton calls (nested reverse mode adds vjp_jvp's transposes, which are second_vjp);
+    ``auto`` keeps CUDA on XLA's loops until the kernels are timed on a GPU."""
+    s = jax.ShapeDtypeStruct
+    params = {n: s((32, 128), jnp.bfloat16) for n in "qkv"} | {"out": s((128, 1), jnp.bfloat16)}
+    x = s((4, 256, 32), jnp.bfloat16)
+    key = jax.random.key(0)
+    texts = {}
+    for backend in ("pallas", "auto"):
+        step = jax.jit(_critic_step(backend, second_order))
+        texts[backend] = jax.export.export(step, platforms=["cuda"], disabled_checks=[TRITON])(
+            params, x, x, key
+        ).mlir_module()
+    for name in ("forward", "tangent", "vjp_q", "vjp_kv", "second_vjp_q", "second_vjp_kv"):
+        assert f'"fastgp_attention_{name}' in texts["pallas"], name
+    assert "stablehlo.while" not in texts["pallas"]  # every loop is inside a kernel
+    assert "__gpu$xla.gpu.triton" not in texts["auto"]
+
+
+def test_head_dims_that_are_not_powers_of_two_are_padded_for_the_kernels():
+    """D = 48 and Dv = 24 (Triton needs powers of two >= 16): every derivative through
+    ``backend="gpu-interpret"`` equals naive attention's."""
+    ks = jax.random.split(jax.random.PRNGKey(4), 6)
+    shapes = [(2, 40, 2, 48), (2, 56, 2, 48), (2, 56, 2, 24)]
+    args = tuple(jax.random.normal(k, s) for k, s in zip(ks[:3], shapes, strict=True))
+    tangents = tuple(jax.random.normal(k, s) for k, s in zip(ks[3:], shapes, strict=True))
+    mask = jnp.arange(56)[None] < jnp.array([[50], [33]])
+    ours, naive = pair(mask, True, "gpu-interpret")
+    got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
+    for name in want:
+        assert rel_err(got[name], want[name]) < RTOL, name
