@@ -407,5 +407,5 @@ def test_a_sharded_feature_axis_is_refused_with_the_tokens_split():
 
 def test_pallas_off_tpu_and_gpu_names_the_alternatives():
     q = jnp.ones((1, 8, 1, 32))
-    with pytest.raises(ValueError, match="TPU .Mosaic. and GPU .Triton.*'gpu-interpret'"):
+    with pytest.raises(ValueError, match=r"TPU \(Mosaic\) and GPU \(Triton\).*'gpu-interpret'"):
         jax.jit(lambda q: fastgp.attention(q, q, q, backend="pallas")).lower(q).compile()
