@@ -31,6 +31,8 @@ from .layout import Layout, layout, named
 from .tiles import NEG, Tiles, accumulate
 
 MAX_BLOCK = 64
+Arrays = tuple[jax.Array, ...]
+Static = dict[str, Any]
 STATIC = ("scale", "causal", "block_q", "block_k", "q_offset", "interpret")
 
 
@@ -85,7 +87,9 @@ def _valid(lay: Layout, km: jax.Array, i: jax.Array, j: jax.Array, key_major: bo
     return valid
 
 
-def _walk(lay: Layout, n: jax.Array, key_major: bool, body: Callable, init: Any) -> Any:
+def _walk(
+    lay: Layout, n: jax.Array, key_major: bool, body: Callable[[jax.Array, Any], Any], init: Any
+) -> Any:
     """Fold ``body(other_block, carry)`` over the blocks the program's block ``n`` meets."""
     if key_major:
         start = lay.first_q(n) if lay.causal else 0
@@ -316,20 +320,20 @@ def _second_vjp_kv(*refs: Any, lay: Layout, t: Tiles) -> None:
 # --- Entry points ---------------------------------------------------------------------------
 
 
-def _forward_pass(lay: Layout, static: dict, q: Any, k: Any, v: Any, km: Any) -> tuple:
+def _forward_pass(lay: Layout, static: Static, q: Any, k: Any, v: Any, km: Any) -> Arrays:
     b, h = lay.batch, lay.heads
     outs = (((b, h, lay.tq, lay.dv), q.dtype), ((b, h, lay.tq), jnp.float32))
     return tuple(_run(_Call(_forward, "qd kd kv km", "qv qs"), lay, (q, k, v, km), outs, static))
 
 
-def _tangent_pass(lay: Layout, static: dict, *args: Any) -> tuple:
+def _tangent_pass(lay: Layout, static: Static, *args: Any) -> Arrays:
     q, o, lse = args[0], args[3], args[4]
     outs = ((o.shape, q.dtype), (lse.shape, jnp.float32))
     call = _Call(_tangent, "qd kd kv qv qs km qd kd kv", "qv qs")
     return tuple(_run(call, lay, args, outs, static))
 
 
-def _vjp_pass(lay: Layout, static: dict, *args: Any) -> tuple:
+def _vjp_pass(lay: Layout, static: Static, *args: Any) -> Arrays:
     q, k, v, o, lse, km, g_o, g_lse = args
     operands = (q, k, v, lse, tiles.row_dots(g_o, o) - g_lse.astype(jnp.float32), km, g_o)
     kinds = "qd kd kv qs qs km qv"
@@ -339,14 +343,14 @@ def _vjp_pass(lay: Layout, static: dict, *args: Any) -> tuple:
     return g_q, g_k, g_v
 
 
-def _tangent_jvp_pass(lay: Layout, static: dict, *args: Any) -> tuple:
+def _tangent_jvp_pass(lay: Layout, static: Static, *args: Any) -> Arrays:
     q, o, lse = args[0], args[3], args[4]
     kinds = "qd kd kv qv qs km qd kd kv qd kd kv qv qs"
     outs = ((o.shape, q.dtype), (lse.shape, jnp.float32))
     return tuple(_run(_Call(_tangent_jvp, kinds, "qv qs"), lay, args, outs, static))
 
 
-def _vjp_jvp_pass(lay: Layout, static: dict, *args: Any) -> tuple:
+def _vjp_jvp_pass(lay: Layout, static: Static, *args: Any) -> Arrays:
     q, k, v, o, lse, km, g_o, g_lse, q_dot, k_dot, v_dot, o_dot, lse_dot = args
     c = tiles.row_dots(g_o, o) - g_lse.astype(jnp.float32)
     operands = (q, k, v, k_dot, v_dot, q_dot, g_o, lse, lse_dot, c, tiles.row_dots(g_o, o_dot), km)
@@ -359,7 +363,7 @@ def _vjp_jvp_pass(lay: Layout, static: dict, *args: Any) -> tuple:
     return g_q, g_k, g_v
 
 
-def _second_vjp_pass(lay: Layout, static: dict, *args: Any) -> tuple:
+def _second_vjp_pass(lay: Layout, static: Static, *args: Any) -> Arrays:
     q, k, v, o, lse, km, dq, dk, dv, g_o, g_lse = args
     c = tiles.row_dots(g_o, o) - g_lse.astype(jnp.float32)
     operands = (q, k, v, dk, dv, dq, g_o, lse, c, km)
@@ -372,8 +376,7 @@ def _second_vjp_pass(lay: Layout, static: dict, *args: Any) -> tuple:
     return grad_q, grad_k, grad_v, grad_o, grad_lse
 
 
-def _entry(name: str, run: Callable[..., tuple], mask_at: int) -> Callable[..., tuple]:
-    @functools.partial(jax.jit, static_argnames=STATIC)
+def _entry(name: str, run: Callable[..., Arrays], mask_at: int) -> Callable[..., Arrays]:
     def entry(
         *args: jax.Array,
         scale: float,
@@ -382,7 +385,7 @@ def _entry(name: str, run: Callable[..., tuple], mask_at: int) -> Callable[..., 
         block_k: int,
         q_offset: int = 0,
         interpret: bool = False,
-    ) -> tuple:
+    ) -> Arrays:
         q, k, v = args[:3]
         lay = layout(q, k, v, block_q, block_k, causal, q_offset)
         operands = list(args)
@@ -392,10 +395,10 @@ def _entry(name: str, run: Callable[..., tuple], mask_at: int) -> Callable[..., 
 
     entry.__name__ = entry.__qualname__ = f"flash_{name}"
     entry.__doc__ = f"The {name} pass on GPU: as ``kernels.attention.flash_{name}`` (module)."
-    return entry
+    return jax.jit(entry, static_argnames=STATIC)
 
 
-PASSES: dict[str, Callable[..., tuple]] = {
+PASSES: dict[str, Callable[..., Arrays]] = {
     "forward": _entry("forward", _forward_pass, 3),
     "tangent": _entry("tangent", _tangent_pass, 5),
     "vjp": _entry("vjp", _vjp_pass, 5),
