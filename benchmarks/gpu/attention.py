@@ -23,6 +23,7 @@ import functools
 import pathlib
 import sys
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -200,7 +201,7 @@ def main(argv=None):
     deadline = time.monotonic() + args.budget_s
     tokens = [64] if args.smoke else [int(t) for t in args.tokens.split(",")]
     fns = attention_fns(args.smoke)
-    result = dict(
+    result: dict[str, Any] = dict(
         argv=sys.argv if argv is None else argv,
         **records.provenance(),
         device=str(jax.devices()[0].device_kind),
