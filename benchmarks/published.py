@@ -533,6 +533,15 @@ def attention_jvp_memory(results):
     return jvp_memory.table(_json_in(results.dir, "attention/jvp_memory.json"))
 
 
+def attention_second_order(results):
+    """performance.md's table of the WGAN-GP step before and after the second-order kernels."""
+    from benchmarks.attention import second_order
+
+    now = _json_in(results.dir, "attention/attention_tpu.json")
+    before = _json_in(results.dir, "attention/attention_tpu_before.json")["records"]
+    return second_order.table(now, before)
+
+
 def attention_auto(results):
     """performance.md's table of the figures behind attention's backend="auto"."""
     from benchmarks.attention import auto
@@ -554,6 +563,7 @@ BLOCKS = {
     "attention-sequence-tpu": attention_sequence_tpu,
     "attention-jvp-memory": attention_jvp_memory,
     "attention-auto": attention_auto,
+    "attention-second-order": attention_second_order,
     "zoo-headline": zoo_headline,
     "zoo-summary": zoo_summary,
     "zoo-cpu": zoo_cpu,
@@ -588,6 +598,10 @@ SOURCES = {
     "attention-sequence-tpu": ("attention/sequence_tpu.json",),
     "attention-jvp-memory": ("attention/jvp_memory.json",),
     "attention-auto": ("attention/attention_tpu.json", "attention/auto_cpu.json"),
+    "attention-second-order": (
+        "attention/attention_tpu.json",
+        "attention/attention_tpu_before.json",
+    ),
     "zoo-headline": ("suites/bench.json", "zoo/zoo_tpu.json"),
     "zoo-summary": ("suites/bench.json", "zoo/zoo_tpu.json", "zoo/zoo_capacity.json"),
     "zoo-cpu": ("suites/bench.json",),

@@ -61,7 +61,8 @@ CHIPS = {  # Google Cloud's TPU system-architecture pages
 _COMPUTATION = re.compile(r"^(?:ENTRY )?(%[\w.\-]+) .*\{\s*$")
 _CALLED = re.compile(r"calls=(%[\w.\-]+)")
 _COPY = re.compile(r" (copy|copy-start)\(%")
-_WHILE = re.compile(r" = [^=]*\bwhile\(")
+# the opcode after its result shape; a long tuple shape holds "/*index=5*/" comments
+_WHILE = re.compile(r"[)\]}] while\(")
 
 
 def _check_generation(generation: str) -> None:

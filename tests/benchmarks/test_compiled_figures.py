@@ -52,3 +52,23 @@ def test_figures_of_a_kernel_are_what_it_declares_and_xla_reads_g_once():
     for figures in (kernel, xla):
         assert nbytes <= figures["bytes"] <= 1.01 * nbytes
     assert kernel["argument"] == xla["argument"] == nbytes
+
+
+def test_loops_count_the_while_loops_of_a_tpu_program():
+    """A blockwise attention gradient (XLA loops over key and query blocks) against the same
+    gradient through the Mosaic kernels: TPU HLO prints long tuple shapes with "/*index=5*/"
+    comments, which the count must see past."""
+    import fastgp
+
+    q = jax.ShapeDtypeStruct((2, 2048, 4, 64), jnp.bfloat16)
+
+    def grad(backend):
+        loss = lambda q: jnp.sum(fastgp.attention(q, q, q, backend=backend).astype(jnp.float32))
+        return jax.grad(loss)
+
+    device = cf.tpu_device("v5e")
+    loops = cf.figures(cf.compile_for(device, grad("xla"), q))
+    kernels = cf.figures(cf.compile_for(device, grad("pallas"), q))
+    assert "/*index=5*/" in cf.compile_for(device, grad("xla"), q).as_text()
+    assert loops["loops"] >= 2 and loops["kernels"] == 0
+    assert kernels["loops"] == 0 and kernels["kernels"] == 3  # forward, g_q, g_k and g_v

@@ -23,6 +23,7 @@ REQUIRED = {
     "recipes.md": {"attention-jvp-memory"},
     "performance.md": {
         *("approximate-r1-long-tpu", "approximate-r1-long-cpu", "attention-auto"),
+        "attention-second-order",
         *("approximate-r1-transformer-training", "exact-over-approximate"),
         "zoo-cpu",
         "zoo-summary",
