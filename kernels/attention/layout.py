@@ -2,10 +2,11 @@
 described by their operands' kinds."""
 
 import dataclasses
+import functools
 import math
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from ..tiling import LANES
+from ..types import Interpret
 
 
 def lanes(x: jax.Array, n: int) -> jax.Array:
@@ -214,7 +216,41 @@ def q_stat_streamed(lay: Layout) -> pl.BlockSpec:  # (B, H, 1, Tq), key-major
 
 # --- Entry points ---------------------------------------------------------------------------
 
-STATIC = ("scale", "causal", "q_offset", "block_q", "block_k", "interpret", "vmem_limit_bytes")
+
+class Static(TypedDict):
+    """The keywords of every kernel entry point.
+
+    scale: multiplies q.k. causal: query i sees key j only if j <= q_offset + i. block_q,
+    block_k: must divide Tq and Tk (``tiling.blocks``). interpret: Pallas interpret mode (True or
+    ``pltpu.InterpretParams``; False by default). vmem_limit_bytes: the scoped-VMEM limit
+    (``tiling.blocks(...).vmem_limit_bytes``; None: Mosaic's default). q_offset: the first
+    query's position among the keys (causal only; a sequence shard's start), 0 by default.
+    """
+
+    scale: float
+    causal: bool
+    block_q: int
+    block_k: int
+    interpret: NotRequired[Interpret]
+    vmem_limit_bytes: NotRequired[int | None]
+    q_offset: NotRequired[int]
+
+
+STATIC = tuple(Static.__annotations__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def entry(fn: F) -> F:
+    """A kernel entry point: jitted, its ``Static`` keywords static."""
+    return cast(F, jax.jit(fn, static_argnames=STATIC))
+
+
+def layout_of(arrays: Sequence[jax.Array], static: Static) -> Layout:
+    """The layout of an entry point's (q, k, v, ...) under its keywords."""
+    q, k, v = arrays[:3]
+    return layout(
+        q, k, v, static["block_q"], static["block_k"], static["causal"], static.get("q_offset", 0)
+    )
 
 
 def stat_rows(x: jax.Array) -> jax.Array:
@@ -277,27 +313,133 @@ def tiled_call(
     call: Call,
     operands: Sequence[jax.Array],
     out_shapes: Sequence[jax.ShapeDtypeStruct],
-    params: pltpu.CompilerParams,
-    interpret: Any,
+    static: Static,
 ) -> Any:
-    """``pl.pallas_call`` of ``kernel`` on the query- or key-major grid, with its cost estimate
-    from the loop counts."""
+    """``pl.pallas_call`` of ``kernel(*refs, lay=, scale=)`` on the query- or key-major grid,
+    with its cost estimate from the loop counts."""
     kinds, out_kinds = call.kinds.split(), call.out_kinds.split()
     grid_tail = (lay.nk, lay.nq) if call.key_major else (lay.nq, lay.nk)
     written = sum(math.prod(s.shape) * jnp.dtype(s.dtype).itemsize for s in out_shapes)
     e = lay.elements()
     return pl.pallas_call(
-        kernel,
+        functools.partial(kernel, lay=lay, scale=static["scale"]),
         out_shape=tuple(out_shapes),
         grid=(lay.batch, lay.heads, *grid_tail),
         in_specs=[spec(lay, kind, call.key_major) for kind in kinds],
         out_specs=tuple(spec(lay, kind, call.key_major) for kind in out_kinds),
         scratch_shapes=list(call.scratch),
-        compiler_params=params,
+        compiler_params=compiler_params(static.get("vmem_limit_bytes")),
         cost_estimate=pl.CostEstimate(
             flops=2 * e * call.depth,
             transcendentals=e + (lay.streamed() * lay.bq if call.rescales else 0),
             bytes_accessed=bytes_read(lay, operands, call.kinds, call.key_major) + written,
         ),
-        interpret=interpret,
+        interpret=static.get("interpret", False),
     )(*operands)
+
+
+def grid_steps(
+    lay: Layout,
+    key_major: bool,
+    init: Callable[[], None],
+    step: Callable[[jax.Array, jax.Array], None],
+    finish: Callable[[], None],
+) -> None:
+    """A kernel's body over its grid (b, h, outer, inner): ``init`` at the first inner block,
+    ``step(i, j)`` on each visited (query block i, key block j), ``finish`` at the last."""
+    outer, inner = pl.program_id(2), pl.program_id(3)
+    i, j = (inner, outer) if key_major else (outer, inner)
+    pl.when(inner == 0)(init)
+    when(lay.visits(i, j), functools.partial(step, i, j))
+    pl.when(inner == (lay.nq if key_major else lay.nk) - 1)(finish)
+
+
+def zero(*refs: Any) -> None:
+    for ref in refs:
+        ref[...] = jnp.zeros(ref.shape, jnp.float32)
+
+
+def o_and_lse(lay: Layout, q: jax.Array) -> tuple[jax.ShapeDtypeStruct, jax.ShapeDtypeStruct]:
+    """The out shapes of an (o, lse)-shaped result: (B, H, Tq, Dv) in q's dtype, lse rows."""
+    return (
+        out((lay.batch, lay.heads, lay.tq, lay.dv), q.dtype, q),
+        out((lay.batch, lay.heads, 1, lay.tq), jnp.float32, q),
+    )
+
+
+def row_scratch(lay: Layout, rows: int, width: int) -> list[Any]:
+    """``rows`` lane-broadcast (block_q, 128) float32 columns and a (block_q, width) accumulator."""
+    return [
+        *(pltpu.VMEM((lay.bq, LANES), jnp.float32),) * rows,
+        pltpu.VMEM((lay.bq, width), jnp.float32),
+    ]
+
+
+def key_scratch(lay: Layout) -> list[Any]:
+    """The key-major kernels' scratch: the key-mask column and the (block_k, D), (block_k, Dv)
+    accumulators."""
+    return [pltpu.VMEM((lay.bk, w), jnp.float32) for w in (LANES, lay.d, lay.dv)]
+
+
+def key_major(
+    lay: Layout,
+    r: types.SimpleNamespace,
+    scale: float,
+    outputs: tuple[Any, Any],
+    step: Callable[[jax.Array, jax.Array], None],
+) -> None:
+    """A key-major kernel's body: ``step`` adds to the acc_k and acc_v scratch over the query
+    blocks (the key mask as the key_col scratch column), written as (scale acc_k, acc_v) to
+    ``outputs``."""
+    out_k, out_v = outputs
+
+    def init() -> None:
+        r.key_col[...] = row_to_col((r.km[...] != 0).astype(jnp.float32))
+        zero(r.acc_k, r.acc_v)
+
+    def finish() -> None:
+        out_k[...] = (scale * r.acc_k[...]).astype(out_k.dtype)
+        out_v[...] = r.acc_v[...].astype(out_v.dtype)
+
+    grid_steps(lay, True, init, step, finish)
+
+
+def query_major(
+    lay: Layout,
+    r: types.SimpleNamespace,
+    statistics: str,
+    accumulators: Sequence[Any],
+    step: Callable[[jax.Array, jax.Array], None],
+    finish: Callable[[], None],
+) -> None:
+    """A query-major kernel's body: each of the space-separated ``statistics`` rows (lse, c, ...)
+    copied to its ``<name>_col`` scratch column and the ``accumulators`` zeroed at the first key
+    block, then ``step`` on the visited key blocks and ``finish`` at the last."""
+
+    def init() -> None:
+        for name in statistics.split():
+            getattr(r, f"{name}_col")[...] = row_to_col(getattr(r, name)[...])
+        zero(*accumulators)
+
+    grid_steps(lay, False, init, step, finish)
+
+
+def columns(r: types.SimpleNamespace, statistics: str, width: int) -> list[jax.Array]:
+    """The ``statistics``' scratch columns, each as wide as a score tile's ``width``."""
+    return [lanes(getattr(r, f"{name}_col")[...], width) for name in statistics.split()]
+
+
+def key_major_call(
+    kernel: Callable[..., None],
+    lay: Layout,
+    kinds: str,
+    depth: int,
+    operands: Sequence[jax.Array],
+    static: Static,
+) -> Any:
+    """(grad k, grad v) in k's and v's dtypes from a key-major kernel (see :func:`key_major`);
+    ``operands`` start with q, k, v."""
+    q, k, v = operands[:3]
+    call = Call(kinds, "kd kv", key_scratch(lay), depth, key_major=True)
+    out_kv = (out(k.shape, k.dtype, q), out(v.shape, v.dtype, q))
+    return tiled_call(kernel, lay, call, operands, out_kv, static)

@@ -11,140 +11,75 @@ second-order backward) and of the VJP in its primal inputs (the VJP of a VJP: ne
 Two kernels, as the VJP's: q, o and lse query-major, k and v key-major (transposed tiles).
 """
 
-import functools
+from typing import Unpack
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
 
-from ..tiling import LANES
-from ..types import Interpret, Ref
+from ..types import Ref
 from . import layout as lo
 from . import tiles
 from .tiles import Tiles, accumulate
 
 _OPERANDS = "q k v dk dv dq g_o lse c km"
 _KINDS = "qd kd kv kd kv qd qv qs qs km"
-_Q_REFS = _OPERANDS + " grad_q grad_o grad_lse lse_col c_col mu sum_a acc"
-_KV_REFS = _OPERANDS + " grad_k grad_v key_col acc_k acc_v"
 
 
 def _q_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
-    r = lo.named(refs, _Q_REFS)
-    i, j = pl.program_id(2), pl.program_id(3)
+    r = lo.named(refs, _OPERANDS + " grad_q grad_o grad_lse lse_col c_col mu sum_a acc")
     t = Tiles(scale)
 
-    @pl.when(j == 0)
-    def _init() -> None:
-        r.lse_col[...] = lo.row_to_col(r.lse[...])
-        r.c_col[...] = lo.row_to_col(r.c[...])
-        for acc in (r.mu, r.sum_a, r.acc):
-            acc[...] = jnp.zeros(acc.shape, jnp.float32)
-
-    def _step() -> None:
+    def step(i: jax.Array, j: jax.Array) -> None:
         q, k, dk = r.q[...], r.k[...], r.dk[...]
-        lse, c = lo.lanes(r.lse_col[...], lay.bk), lo.lanes(r.c_col[...], lay.bk)
+        lse, c = lo.columns(r, "lse c", lay.bk)
         p = t.probabilities(q, k, lay.valid(r.km[...], i, j), lse)
         ds, a, ps = tiles.second_vjp(t, p, q, k, r.v[...], r.dq[...], dk, r.dv[...], r.g_o[...], c)
         r.mu[...] += lo.row_sums(ps)
         r.sum_a[...] += lo.row_sums(a)
         r.acc[...] += accumulate(a, k) + accumulate(ds, dk)
 
-    lo.when(lay.visits(i, j), _step)
-
-    @pl.when(j == lay.nk - 1)
-    def _finish() -> None:
+    def finish() -> None:
         r.grad_q[...] = (scale * r.acc[...]).astype(r.grad_q.dtype)
         mu = lo.lanes(r.mu[...], lay.dv)
         r.grad_o[...] = (-mu * r.g_o[...].astype(jnp.float32)).astype(r.grad_o.dtype)
         r.grad_lse[...] = lo.col_to_row(-r.sum_a[...])
 
+    lo.query_major(lay, r, "lse c", (r.mu, r.sum_a, r.acc), step, finish)
+
 
 def _kv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
-    r = lo.named(refs, _KV_REFS)
-    j, i = pl.program_id(2), pl.program_id(3)
+    r = lo.named(refs, _OPERANDS + " grad_k grad_v key_col acc_k acc_v")
     t = Tiles(scale, key_major=True)
 
-    @pl.when(i == 0)
-    def _init() -> None:
-        r.key_col[...] = lo.row_to_col((r.km[...] != 0).astype(jnp.float32))
-        r.acc_k[...] = jnp.zeros(r.acc_k.shape, jnp.float32)
-        r.acc_v[...] = jnp.zeros(r.acc_v.shape, jnp.float32)
-
-    def _step() -> None:  # (bk, bq) tiles; the row statistics broadcast from (1, bq) rows
+    def step(i: jax.Array, j: jax.Array) -> None:  # (bk, bq) tiles; statistics as (1, bq) rows
         q, k, dq, g_o = r.q[...], r.k[...], r.dq[...], r.g_o[...]
         p = t.probabilities(q, k, lay.valid_t(r.key_col[...], j, i), r.lse[...])
         ds, a, ps = tiles.second_vjp(t, p, q, k, r.v[...], dq, r.dk[...], r.dv[...], g_o, r.c[...])
         r.acc_k[...] += accumulate(a, q) + accumulate(ds, dq)
         r.acc_v[...] += accumulate(ps, g_o)
 
-    lo.when(lay.visits(i, j), _step)
-
-    @pl.when(i == lay.nq - 1)
-    def _finish() -> None:
-        r.grad_k[...] = (scale * r.acc_k[...]).astype(r.grad_k.dtype)
-        r.grad_v[...] = r.acc_v[...].astype(r.grad_v.dtype)
+    lo.key_major(lay, r, scale, (r.grad_k, r.grad_v), step)
 
 
-@functools.partial(jax.jit, static_argnames=lo.STATIC)
-def flash_second_vjp(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    o: jax.Array,
-    lse: jax.Array,
-    key_mask: jax.Array,
-    dq: jax.Array,
-    dk: jax.Array,
-    dv: jax.Array,
-    g_o: jax.Array,
-    g_lse: jax.Array,
-    *,
-    scale: float,
-    causal: bool,
-    block_q: int,
-    block_k: int,
-    interpret: Interpret = False,
-    vmem_limit_bytes: int | None = None,
-    q_offset: int = 0,
-) -> tuple[jax.Array, ...]:
+@lo.entry
+def flash_second_vjp(*arrays: jax.Array, **static: Unpack[lo.Static]) -> tuple[jax.Array, ...]:
     """The gradient in (q, k, v, o, lse) of <(g_o, g_lse), flash_tangent(..., dq, dk, dv)>.
 
-    Arguments as ``flash_tangent``, then g_o (B, H, Tq, Dv) and g_lse (B, H, Tq) as
-    ``flash_vjp``'s.
+    Arrays: ``flash_tangent``'s (q, k, v, o, lse, key_mask, dq, dk, dv), then g_o (B, H, Tq, Dv)
+    and g_lse (B, H, Tq) as ``flash_vjp``'s. Keywords: ``layout.Static``.
 
     Returns:
       The gradients of q, k, v, o in their dtypes and of lse (B, H, Tq) float32.
     """
-    lay = lo.layout(q, k, v, block_q, block_k, causal, q_offset)
-    b, h = lay.batch, lay.heads
+    q, k, v, o, lse, key_mask, dq, dk, dv, g_o, g_lse = arrays
+    lay = lo.layout_of(arrays, static)
     c = tiles.row_dots(g_o, o) - g_lse.astype(jnp.float32)
     rows = (lo.stat_rows(lse), lo.stat_rows(c), lo.key_rows(key_mask))
     operands = (q, k, v, dk, dv, dq, g_o, *rows)
-    params = lo.compiler_params(vmem_limit_bytes)
-    row_scratch = pltpu.VMEM((lay.bq, LANES), jnp.float32)
-    q_call = lo.Call(
-        _KINDS,
-        "qd qv qs",
-        [*(row_scratch,) * 4, pltpu.VMEM((lay.bq, lay.d), jnp.float32)],
-        5 * lay.d + 2 * lay.dv,
-    )
-    out_q = (
-        lo.out(q.shape, q.dtype, q),
-        lo.out(o.shape, o.dtype, q),
-        lo.out((b, h, 1, lay.tq), jnp.float32, q),
-    )
-    kernel = functools.partial(_q_kernel, lay=lay, scale=scale)
-    g_q, g_o_out, g_lse_out = lo.tiled_call(kernel, lay, q_call, operands, out_q, params, interpret)
-    kv_call = lo.Call(
-        _KINDS,
-        "kd kv",
-        [pltpu.VMEM((lay.bk, w), jnp.float32) for w in (LANES, lay.d, lay.dv)],
-        5 * lay.d + 3 * lay.dv,
-        key_major=True,
-    )
-    out_kv = (lo.out(k.shape, k.dtype, q), lo.out(v.shape, v.dtype, q))
-    kernel = functools.partial(_kv_kernel, lay=lay, scale=scale)
-    g_k, g_v = lo.tiled_call(kernel, lay, kv_call, operands, out_kv, params, interpret)
-    return g_q, g_k, g_v, g_o_out, g_lse_out.reshape(b, h, lay.tq)
+    q_call = lo.Call(_KINDS, "qd qv qs", lo.row_scratch(lay, 4, lay.d), 5 * lay.d + 2 * lay.dv)
+    lse_rows = lo.o_and_lse(lay, q)[1]
+    out_q = (lo.out(q.shape, q.dtype, q), lo.out(o.shape, o.dtype, q), lse_rows)
+    grad_q, grad_o, grad_lse = lo.tiled_call(_q_kernel, lay, q_call, operands, out_q, static)
+    depth = 5 * lay.d + 3 * lay.dv
+    grad_k, grad_v = lo.key_major_call(_kv_kernel, lay, _KINDS, depth, operands, static)
+    return grad_q, grad_k, grad_v, grad_o, grad_lse.reshape(lay.batch, lay.heads, lay.tq)
