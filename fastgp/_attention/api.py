@@ -134,9 +134,10 @@ def attention(
     they run per device, else XLA; or what ``fastgp.attention_backend`` sets), "pallas" (Mosaic
     kernels on TPU, Triton kernels on GPU), "interpret", "tpu-interpret" or "gpu-interpret" (the
     kernels on CPU), "xla" (blockwise loops); ``sample_axis_name``: inside shard_map, the mesh
-    axes the tokens are split over (under explicit axes the arrays' types say so). The rest are Flax's attention_fn
-    keywords, named so that Linen passes them: ``dtype`` casts q, k, v; dropout (unless
-    deterministic), a bias, a module to sow into, a precision and custom einsums raise ValueError.
+    axes the tokens are split over (under explicit axes the arrays' types say so). The rest are
+    Flax's attention_fn keywords, named so that Linen passes them: ``dtype`` casts q, k, v;
+    dropout (unless deterministic), a bias, a module to sow into, a precision and custom einsums
+    raise ValueError.
     """
     del dropout_rng, broadcast_dropout, force_fp32_for_softmax  # no effect without dropout
     _refuse_unsupported(
