@@ -129,7 +129,7 @@ def candidates(platform: str, attention: bool = False) -> tuple[Variant, ...]:
         for remat in REMAT_POLICIES
     ]
     if attention:
-        kernels = ("xla", "pallas") if platform == "tpu" else ("xla",)
+        kernels = ("xla", "pallas") if platform in ("tpu", "gpu") else ("xla",)
         default = DEFAULT._replace(attention="xla")
         every = [v._replace(attention=a) for a in kernels for v in every]
         return (default, *(v for v in every if v != default))

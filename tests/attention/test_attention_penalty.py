@@ -222,7 +222,10 @@ def test_autotune_lists_the_attention_backends_when_the_critic_uses_fastgp_atten
     assert not autotune.uses_attention(
         lambda p, x, penalty: penalty(lambda y: critic(naive(), p, y), x), params, (x,)
     )
-    assert {v.attention for v in autotune.candidates("tpu", attention=True)} == {"xla", "pallas"}
+    for platform in ("tpu", "gpu"):
+        kernels = {v.attention for v in autotune.candidates(platform, attention=True)}
+        assert kernels == {"xla", "pallas"}
+    assert {v.attention for v in autotune.candidates("cpu", attention=True)} == {"xla"}
     assert {v.attention for v in autotune.candidates("cpu", attention=False)} == {None}
     variants = [autotune.Variant(attention="xla"), autotune.Variant(attention="interpret")]
     tuning = autotune.autotune(critic_loss, params, x, variants=variants, rounds=2, warmup=1)
