@@ -10,6 +10,7 @@ that are lower bounds (marked >=); a program without them has its Mosaic calls' 
 derived from their loop counts, plus XLA's own count of the rest.
 """
 
+from benchmarks.attention.tpu import probe_batch
 from benchmarks.tables import markdown_table
 
 STEPS = ("flash/fastgp", "flash/reverse", "flash/exact-r1")
@@ -29,12 +30,15 @@ def _per_sample(record: dict, key: str, unit: float) -> str:
 
 
 def rows(now: list[dict], before: list[dict]) -> list[dict]:
-    """One row per step compiled both before and now, with the plain step at the same batch."""
+    """One row per step compiled both before and now (the WGAN-GP step at every batch, the others
+    at the probe batch), with the plain step at the same batch."""
     old, new = _index(before), _index(now)
     out = []
-    for key in sorted(new, key=lambda k: (k[0], k[2], k[1], k[3])):
+    chips = {g: i for i, g in enumerate(("v5e", "v6e", "v5p", "7x"))}
+    for key in sorted(new, key=lambda k: (chips.get(k[0], 9), k[2], k[1], k[3])):
         generation, tokens, variant, batch = key
-        if variant not in STEPS or key not in old:
+        probe = batch == probe_batch(tokens)
+        if variant not in STEPS or key not in old or not (probe or variant == "flash/fastgp"):
             continue
         plain = new.get((generation, tokens, "flash/plain", batch))
         out.append(dict(key=key, before=old[key], now=new[key], plain=plain))

@@ -96,3 +96,30 @@ def test_the_answer_is_exact_over_approximate_on_each_yardstick(results):
 )
 def test_the_collapse_criterion(row, expected):
     assert collapsed(row) is expected
+
+
+def test_second_order_table_marks_loop_figures_as_bounds_and_divides_by_the_plain_step():
+    from benchmarks.attention import second_order
+
+    def step(variant, batch, flops, bytes_, peak, loops=None):
+        found = record(variant, batch, flops, bytes_, peak)
+        return found if loops is None else {**found, "loops": loops}
+
+    before = [
+        step("flash/fastgp", 8, 2e12, 40e9, 4 * 2**30),  # no loop count: a bound
+        step("flash/fastgp", 64, 16e12, 300e9, 30 * 2**30, loops=6),
+        step("flash/exact-r1", 16, 1e12, 1e9, 2**30),  # not the probe batch: left out
+    ]
+    now = [
+        step("flash/fastgp", 8, 3e12, 32e9, 3 * 2**30, loops=0),
+        step("flash/fastgp", 64, 24e12, 256e9, 30 * 2**30, loops=0),
+        step("flash/plain", 8, 1e12, 16e9, 2**30, loops=0),
+        step("flash/exact-r1", 16, 1e12, 1e9, 2**30, loops=0),
+        step("flash/reverse", 8, 3e12, 32e9, 3 * 2**30, loops=0),  # nothing before: left out
+    ]
+    lines = second_order.table(now, before)
+    assert len(lines) == 4  # head, rule, the two WGAN-GP rows
+    at_8, at_64 = lines[2], lines[3]
+    assert "? → 0" in at_8 and ">= 0.25 → 0.375" in at_8 and ">= 5 → 4" in at_8
+    assert "4.00 → 3.00 (0.75x)" in at_8 and "3.00x, 2.00x" in at_8
+    assert "6 → 0" in at_64 and ">= 0.25 → 0.375" in at_64 and at_64.endswith("| n/a |")
