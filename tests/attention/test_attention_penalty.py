@@ -86,8 +86,9 @@ def data():
 
 
 def _case(kind, second_order, backend):
-    """The WGAN-GP cases on the kernels run in make check; the other kinds there in make test."""
-    slow = backend != "xla" and kind != "wgan-gp"
+    """make check runs every kind on XLA and WGAN-GP on the TPU kernels; make test the rest (the
+    GPU kernels' derivatives run in make check in test_attention_backends.py)."""
+    slow = backend == "gpu-interpret" or (backend != "xla" and kind != "wgan-gp")
     return pytest.param(kind, second_order, backend, marks=[pytest.mark.slow] if slow else [])
 
 

@@ -9,13 +9,12 @@ import pytest
 from benchmarks.gpu import attention as study
 
 
-@pytest.mark.slow  # compiles and times seven ViT critic steps on CPU
+@pytest.mark.slow  # compiles and times seven ViT critic steps on CPU, and searches one capacity
 def test_smoke_run_measures_every_variant_and_capacity(tmp_path):
     result = study.main(["--smoke", "--out", str(tmp_path / "attention_gpu")])
     assert {r["variant"] for r in result["rows"]} == set(study.VARIANTS)
     assert all(r["fits"] and r["step_ms"] > 0 and r["peak"] > 0 for r in result["rows"])
-    assert set(result["capacity"]) == {f"64 {name}" for name in study.CAPACITY}
-    assert all(batch in (2, 4) for batch in result["capacity"].values())
+    assert result["capacity"] == {f"64 {study.CAPACITY[0]}": 4}  # the smoke run's cap
     written = json.loads((tmp_path / "attention_gpu.json").read_text())
     assert written["rows"] == result["rows"]
     page = (tmp_path / "attention_gpu.md").read_text()
