@@ -318,7 +318,11 @@ def test_second_order_kernels_match_autodiff_of_the_dense_passes(case, mode):
     assert np.all(np.asarray(got["second_vjp"][0])[rows[0], :, rows[1]] == 0)
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=[] if c in CASES[1:3] else [pytest.mark.slow]) for c in CASES],
+    ids=str,
+)
 def test_second_order_kernels_are_second_derivatives_of_naive_attention(case):
     """At the forward's own (o, lse), moved with (q, k, v): tangent_jvp is the JVP of the JVP of
     naive attention, vjp_jvp the JVP of its VJP, second_vjp the VJP of its JVP."""
