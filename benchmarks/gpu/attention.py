@@ -50,8 +50,6 @@ CAPACITY = ("fastgp/wgan-gp", "jnp/wgan-gp", "fastgp/exact-r1", "cudnn/approxima
 
 
 def attention_fns(smoke: bool) -> dict:
-    import jax.nn
-
     kernels = "gpu-interpret" if smoke else "pallas"
     return {
         "fastgp": functools.partial(attention, backend=kernels),

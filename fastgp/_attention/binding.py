@@ -60,10 +60,6 @@ def blocks(backend: Backend, tq: int, tk: int, d: int, itemsize: int) -> tuple[i
     return tiles.block_q, tiles.block_k
 
 
-def _mask_at(name: str) -> int:
-    return 3 if name == "forward" else 5
-
-
 def _tpu(name: str, config: Config) -> rules.Impl:
     kernel = _TPU_KERNELS[name]
 
@@ -71,11 +67,9 @@ def _tpu(name: str, config: Config) -> rules.Impl:
         q, k = args[0], args[1]
         generation = backends.generation(config.backend)
         tiles = kernels.blocks(q.shape[2], k.shape[2], q.shape[3], q.dtype.itemsize, generation)
-        operands = list(args)
-        operands[_mask_at(name)] = operands[_mask_at(name)].astype(jnp.int32)
         return tuple(
             kernel(
-                *operands,
+                *args,
                 scale=config.scale,
                 causal=config.causal,
                 q_offset=config.q_offset,
