@@ -27,7 +27,7 @@ give the formulas; docs/kernels.md derives them): each transposes into another, 
 first-order pair they close under transposition too.
 
 Kernels are policy-free: the caller pads Tq and Tk to multiples of ``block_q`` and ``block_k``
-(``attention_tiling.flash_blocks``) and marks padded keys invalid; padded rows of k and v must be
+(``tiling.blocks``) and marks padded keys invalid; padded rows of k and v must be
 finite (zeros). Statistics and accumulators are float32 whatever the input dtype; matmuls run on
 the MXU with float32 results, their operands in the inputs' dtype (P cast to v's dtype, as in
 flash attention). Nothing Tq x Tk leaves VMEM.

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 
 from ..types import Ref
 from . import layout as lo
-from .tiles import NEG, accumulate, nt
+from .tiles import NEG, Tiles, accumulate, nt
 
 
-def _kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, "q k v km o lse m l acc")
 
     def init() -> None:
@@ -18,7 +18,7 @@ def _kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         lo.zero(r.l, r.acc)
 
     def step(i: jax.Array, j: jax.Array) -> None:
-        s = scale * nt(r.q[...], r.k[...])
+        s = t.scale * nt(r.q[...], r.k[...])
         valid = lay.valid(r.km[...], i, j)
         m_prev = r.m[...]
         m_next = jnp.maximum(m_prev, jnp.max(jnp.where(valid, s, NEG), axis=1, keepdims=True))

@@ -98,6 +98,36 @@ def _walk(
     return lax.fori_loop(0, stop, body, init)
 
 
+def _tile_probabilities(
+    lay: Layout, t: Tiles, r: Any, q: jax.Array, k: jax.Array, i: jax.Array, j: jax.Array, lse: Any
+) -> jax.Array:
+    """P of the tile of query block i and key block j: (bq, bk) with key block j of the walked
+    mask, or (bk, bq) key-major with the program's mask block."""
+    km = r.km[...] if t.key_major else _block(r.km, j, lay.bk)
+    return t.probabilities(q, k, _valid(lay, km, i, j, t.key_major), lse)
+
+
+def _walk_queries(
+    lay: Layout,
+    t: Tiles,
+    j: jax.Array,
+    step: Callable[[jax.Array], tuple[jax.Array, jax.Array]],
+    g_k: Any,
+    g_v: Any,
+) -> None:
+    """Key-major: sum ``step(i)``'s (bk, D) and (bk, Dv) terms over the query blocks that see key
+    block j, and write scale x the first to ``g_k``, the second to ``g_v``."""
+
+    def body(i: jax.Array, carry: Any) -> Any:
+        term_k, term_v = step(i)
+        return carry[0] + term_k, carry[1] + term_v
+
+    init = (jnp.zeros((lay.bk, lay.d), jnp.float32), jnp.zeros((lay.bk, lay.dv), jnp.float32))
+    acc_k, acc_v = _walk(lay, j, True, body, init)
+    g_k[...] = (t.scale * acc_k).astype(g_k.dtype)
+    g_v[...] = acc_v.astype(g_v.dtype)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Call:
     kernel: Callable[..., None]
@@ -165,7 +195,7 @@ def _tangent(*refs: Any, lay: Layout, t: Tiles) -> None:
     def body(j: jax.Array, carry: Any) -> Any:
         mu, acc = carry
         k, dk = _block(r.k, j, lay.bk), _block(r.dk, j, lay.bk)
-        p = t.probabilities(q, k, _valid(lay, _block(r.km, j, lay.bk), i, j, False), lse)
+        p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         ps = p * t.along(q, k, dq, dk)
         acc = acc + accumulate(ps, _block(r.v, j, lay.bk)) + accumulate(p, _block(r.dv, j, lay.bk))
         return mu + jnp.sum(ps, axis=1), acc
@@ -183,7 +213,7 @@ def _vjp_q(*refs: Any, lay: Layout, t: Tiles) -> None:
 
     def body(j: jax.Array, acc: jax.Array) -> jax.Array:
         k = _block(r.k, j, lay.bk)
-        p = t.probabilities(q, k, _valid(lay, _block(r.km, j, lay.bk), i, j, False), lse)
+        p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         return acc + accumulate(t.ds(p, g_o, _block(r.v, j, lay.bk), c), k)
 
     acc = _walk(lay, i, False, body, jnp.zeros((lay.bq, lay.d), jnp.float32))
@@ -192,19 +222,15 @@ def _vjp_q(*refs: Any, lay: Layout, t: Tiles) -> None:
 
 def _vjp_kv(*refs: Any, lay: Layout, t: Tiles) -> None:
     r = named(refs, "q k v lse c km g_o g_k g_v")
-    j, k, v, km = pl.program_id(2), r.k[...], r.v[...], r.km[...]
+    j, k, v = pl.program_id(2), r.k[...], r.v[...]
 
-    def body(i: jax.Array, carry: Any) -> Any:
-        acc_k, acc_v = carry
+    def step(i: jax.Array) -> tuple[jax.Array, jax.Array]:
         q, g_o = _block(r.q, i, lay.bq), _block(r.g_o, i, lay.bq)
         lse, c = _block(r.lse, i, lay.bq)[None, :], _block(r.c, i, lay.bq)[None, :]
-        p = t.probabilities(q, k, _valid(lay, km, i, j, True), lse)
-        return acc_k + accumulate(t.ds(p, g_o, v, c), q), acc_v + accumulate(p, g_o)
+        p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
+        return accumulate(t.ds(p, g_o, v, c), q), accumulate(p, g_o)
 
-    init = (jnp.zeros((lay.bk, lay.d), jnp.float32), jnp.zeros((lay.bk, lay.dv), jnp.float32))
-    acc_k, acc_v = _walk(lay, j, True, body, init)
-    r.g_k[...] = (t.scale * acc_k).astype(r.g_k.dtype)
-    r.g_v[...] = acc_v.astype(r.g_v.dtype)
+    _walk_queries(lay, t, j, step, r.g_k, r.g_v)
 
 
 def _tangent_jvp(*refs: Any, lay: Layout, t: Tiles) -> None:
@@ -216,7 +242,7 @@ def _tangent_jvp(*refs: Any, lay: Layout, t: Tiles) -> None:
     def body(j: jax.Array, carry: Any) -> Any:
         mu, mu_dot, acc = carry
         k, dk, k_dot = (_block(x, j, lay.bk) for x in (r.k, r.dk, r.k_dot))
-        p = t.probabilities(q, k, _valid(lay, _block(r.km, j, lay.bk), i, j, False), lse)
+        p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         ps, m, p_prime = tiles.tangent_jvp(t, p, q, k, dq, dk, q_dot, k_dot, lse_dot)
         v, dv, v_dot = (_block(x, j, lay.bk) for x in (r.v, r.dv, r.v_dot))
         acc = acc + accumulate(m, v) + accumulate(p_prime, dv) + accumulate(ps, v_dot)
@@ -242,7 +268,7 @@ def _vjp_jvp_q(*refs: Any, lay: Layout, t: Tiles) -> None:
 
     def body(j: jax.Array, acc: jax.Array) -> jax.Array:
         k, v, k_dot, v_dot = (_block(x, j, lay.bk) for x in (r.k, r.v, r.k_dot, r.v_dot))
-        p = t.probabilities(q, k, _valid(lay, _block(r.km, j, lay.bk), i, j, False), lse)
+        p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         ds, ds_prime, _ = tiles.vjp_jvp(t, p, q, k, v, q_dot, k_dot, v_dot, g_o, lse_dot, c, c_dot)
         return acc + accumulate(ds_prime, k) + accumulate(ds, k_dot)
 
@@ -254,23 +280,18 @@ def _vjp_jvp_kv(*refs: Any, lay: Layout, t: Tiles) -> None:
     r = named(refs, _VJP_JVP + " g_k_dot g_v_dot")
     j, k, v, k_dot, v_dot = pl.program_id(2), r.k[...], r.v[...], r.k_dot[...], r.v_dot[...]
 
-    def body(i: jax.Array, carry: Any) -> Any:
-        acc_k, acc_v = carry
+    def step(i: jax.Array) -> tuple[jax.Array, jax.Array]:
         q, q_dot, g_o = (_block(x, i, lay.bq) for x in (r.q, r.q_dot, r.g_o))
         lse, lse_dot, c, c_dot = (
             _block(x, i, lay.bq)[None, :] for x in (r.lse, r.lse_dot, r.c, r.c_dot)
         )
-        p = t.probabilities(q, k, _valid(lay, r.km[...], i, j, True), lse)
+        p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         ds, ds_prime, p_prime = tiles.vjp_jvp(
             t, p, q, k, v, q_dot, k_dot, v_dot, g_o, lse_dot, c, c_dot
         )
-        acc_k = acc_k + accumulate(ds_prime, q) + accumulate(ds, q_dot)
-        return acc_k, acc_v + accumulate(p_prime, g_o)
+        return accumulate(ds_prime, q) + accumulate(ds, q_dot), accumulate(p_prime, g_o)
 
-    init = (jnp.zeros((lay.bk, lay.d), jnp.float32), jnp.zeros((lay.bk, lay.dv), jnp.float32))
-    acc_k, acc_v = _walk(lay, j, True, body, init)
-    r.g_k_dot[...] = (t.scale * acc_k).astype(r.g_k_dot.dtype)
-    r.g_v_dot[...] = acc_v.astype(r.g_v_dot.dtype)
+    _walk_queries(lay, t, j, step, r.g_k_dot, r.g_v_dot)
 
 
 _SECOND_VJP = "q k v dk dv dq g_o lse c km"
@@ -285,7 +306,7 @@ def _second_vjp_q(*refs: Any, lay: Layout, t: Tiles) -> None:
     def body(j: jax.Array, carry: Any) -> Any:
         mu, sum_a, acc = carry
         k, v, dk, dv = (_block(x, j, lay.bk) for x in (r.k, r.v, r.dk, r.dv))
-        p = t.probabilities(q, k, _valid(lay, _block(r.km, j, lay.bk), i, j, False), lse)
+        p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         ds, a, ps = tiles.second_vjp(t, p, q, k, v, dq, dk, dv, g_o, c)
         acc = acc + accumulate(a, k) + accumulate(ds, dk)
         return mu + jnp.sum(ps, axis=1), sum_a + jnp.sum(a, axis=1), acc
@@ -303,18 +324,14 @@ def _second_vjp_kv(*refs: Any, lay: Layout, t: Tiles) -> None:
     r = named(refs, _SECOND_VJP + " grad_k grad_v")
     j, k, v, dk, dv = pl.program_id(2), r.k[...], r.v[...], r.dk[...], r.dv[...]
 
-    def body(i: jax.Array, carry: Any) -> Any:
-        acc_k, acc_v = carry
+    def step(i: jax.Array) -> tuple[jax.Array, jax.Array]:
         q, dq, g_o = (_block(x, i, lay.bq) for x in (r.q, r.dq, r.g_o))
         lse, c = _block(r.lse, i, lay.bq)[None, :], _block(r.c, i, lay.bq)[None, :]
-        p = t.probabilities(q, k, _valid(lay, r.km[...], i, j, True), lse)
+        p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         ds, a, ps = tiles.second_vjp(t, p, q, k, v, dq, dk, dv, g_o, c)
-        return acc_k + accumulate(a, q) + accumulate(ds, dq), acc_v + accumulate(ps, g_o)
+        return accumulate(a, q) + accumulate(ds, dq), accumulate(ps, g_o)
 
-    init = (jnp.zeros((lay.bk, lay.d), jnp.float32), jnp.zeros((lay.bk, lay.dv), jnp.float32))
-    acc_k, acc_v = _walk(lay, j, True, body, init)
-    r.grad_k[...] = (t.scale * acc_k).astype(r.grad_k.dtype)
-    r.grad_v[...] = acc_v.astype(r.grad_v.dtype)
+    _walk_queries(lay, t, j, step, r.grad_k, r.grad_v)
 
 
 # --- Entry points ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from ..tiling import LANES
 from ..types import Interpret
+from .tiles import Tiles
 
 
 def lanes(x: jax.Array, n: int) -> jax.Array:
@@ -315,14 +316,14 @@ def tiled_call(
     out_shapes: Sequence[jax.ShapeDtypeStruct],
     static: Static,
 ) -> Any:
-    """``pl.pallas_call`` of ``kernel(*refs, lay=, scale=)`` on the query- or key-major grid,
-    with its cost estimate from the loop counts."""
+    """``pl.pallas_call`` of ``kernel(*refs, lay=, t=)`` on the query- or key-major grid, ``t``
+    the tile algebra in that orientation, with its cost estimate from the loop counts."""
     kinds, out_kinds = call.kinds.split(), call.out_kinds.split()
     grid_tail = (lay.nk, lay.nq) if call.key_major else (lay.nq, lay.nk)
     written = sum(math.prod(s.shape) * jnp.dtype(s.dtype).itemsize for s in out_shapes)
     e = lay.elements()
     return pl.pallas_call(
-        functools.partial(kernel, lay=lay, scale=static["scale"]),
+        functools.partial(kernel, lay=lay, t=Tiles(static["scale"], call.key_major)),
         out_shape=tuple(out_shapes),
         grid=(lay.batch, lay.heads, *grid_tail),
         in_specs=[spec(lay, kind, call.key_major) for kind in kinds],
@@ -384,7 +385,7 @@ def key_scratch(lay: Layout) -> list[Any]:
 def key_major(
     lay: Layout,
     r: types.SimpleNamespace,
-    scale: float,
+    t: Tiles,
     outputs: tuple[Any, Any],
     step: Callable[[jax.Array, jax.Array], None],
 ) -> None:
@@ -398,7 +399,7 @@ def key_major(
         zero(r.acc_k, r.acc_v)
 
     def finish() -> None:
-        out_k[...] = (scale * r.acc_k[...]).astype(out_k.dtype)
+        out_k[...] = (t.scale * r.acc_k[...]).astype(out_k.dtype)
         out_v[...] = r.acc_v[...].astype(out_v.dtype)
 
     grid_steps(lay, True, init, step, finish)

@@ -25,9 +25,8 @@ _OPERANDS = "q k v dk dv dq g_o lse c km"
 _KINDS = "qd kd kv kd kv qd qv qs qs km"
 
 
-def _q_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _q_kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, _OPERANDS + " grad_q grad_o grad_lse lse_col c_col mu sum_a acc")
-    t = Tiles(scale)
 
     def step(i: jax.Array, j: jax.Array) -> None:
         q, k, dk = r.q[...], r.k[...], r.dk[...]
@@ -39,7 +38,7 @@ def _q_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         r.acc[...] += accumulate(a, k) + accumulate(ds, dk)
 
     def finish() -> None:
-        r.grad_q[...] = (scale * r.acc[...]).astype(r.grad_q.dtype)
+        r.grad_q[...] = (t.scale * r.acc[...]).astype(r.grad_q.dtype)
         mu = lo.lanes(r.mu[...], lay.dv)
         r.grad_o[...] = (-mu * r.g_o[...].astype(jnp.float32)).astype(r.grad_o.dtype)
         r.grad_lse[...] = lo.col_to_row(-r.sum_a[...])
@@ -47,9 +46,8 @@ def _q_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
     lo.query_major(lay, r, "lse c", (r.mu, r.sum_a, r.acc), step, finish)
 
 
-def _kv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _kv_kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, _OPERANDS + " grad_k grad_v key_col acc_k acc_v")
-    t = Tiles(scale, key_major=True)
 
     def step(i: jax.Array, j: jax.Array) -> None:  # (bk, bq) tiles; statistics as (1, bq) rows
         q, k, dq, g_o = r.q[...], r.k[...], r.dq[...], r.g_o[...]
@@ -58,7 +56,7 @@ def _kv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         r.acc_k[...] += accumulate(a, q) + accumulate(ds, dq)
         r.acc_v[...] += accumulate(ps, g_o)
 
-    lo.key_major(lay, r, scale, (r.grad_k, r.grad_v), step)
+    lo.key_major(lay, r, t, (r.grad_k, r.grad_v), step)
 
 
 @lo.entry

@@ -10,9 +10,8 @@ from . import layout as lo
 from .tiles import Tiles, accumulate
 
 
-def _kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, "q k v o lse km dq dk dv do dlse lse_col mu acc")
-    t = Tiles(scale)
 
     def step(i: jax.Array, j: jax.Array) -> None:
         q, k = r.q[...], r.k[...]

@@ -24,9 +24,8 @@ _REFS = (
 )
 
 
-def _kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, _REFS)
-    t = Tiles(scale)
 
     def step(i: jax.Array, j: jax.Array) -> None:
         q, k = r.q[...], r.k[...]

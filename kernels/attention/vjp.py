@@ -14,9 +14,8 @@ _OPERANDS = "q k v lse c km g_o"
 _KINDS = "qd kd kv qs qs km qv"
 
 
-def _dq_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _dq_kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, _OPERANDS + " g_q lse_col c_col acc")
-    t = Tiles(scale)
 
     def step(i: jax.Array, j: jax.Array) -> None:
         k = r.k[...]
@@ -25,14 +24,13 @@ def _dq_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         r.acc[...] += accumulate(t.ds(p, r.g_o[...], r.v[...], c), k)
 
     def finish() -> None:
-        r.g_q[...] = (scale * r.acc[...]).astype(r.g_q.dtype)
+        r.g_q[...] = (t.scale * r.acc[...]).astype(r.g_q.dtype)
 
     lo.query_major(lay, r, "lse c", (r.acc,), step, finish)
 
 
-def _dkv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _dkv_kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, _OPERANDS + " g_k g_v key_col acc_k acc_v")
-    t = Tiles(scale, key_major=True)
 
     def step(i: jax.Array, j: jax.Array) -> None:  # (bk, bq) tiles; statistics as (1, bq) rows
         q, g_o = r.q[...], r.g_o[...]
@@ -40,7 +38,7 @@ def _dkv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         r.acc_v[...] += accumulate(p, g_o)
         r.acc_k[...] += accumulate(t.ds(p, g_o, r.v[...], r.c[...]), q)
 
-    lo.key_major(lay, r, scale, (r.g_k, r.g_v), step)
+    lo.key_major(lay, r, t, (r.g_k, r.g_v), step)
 
 
 @lo.entry

@@ -23,9 +23,8 @@ _OPERANDS = "q k v k_dot v_dot q_dot g_o lse lse_dot c c_dot km"
 _KINDS = "qd kd kv kd kv qd qv qs qs qs qs km"
 
 
-def _dq_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _dq_kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, _OPERANDS + " gq_dot lse_col lse_dot_col c_col c_dot_col acc")
-    t = Tiles(scale)
     statistics = "lse lse_dot c c_dot"
 
     def step(i: jax.Array, j: jax.Array) -> None:
@@ -38,14 +37,13 @@ def _dq_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         r.acc[...] += accumulate(ds_prime, k) + accumulate(ds, k_dot)
 
     def finish() -> None:
-        r.gq_dot[...] = (scale * r.acc[...]).astype(r.gq_dot.dtype)
+        r.gq_dot[...] = (t.scale * r.acc[...]).astype(r.gq_dot.dtype)
 
     lo.query_major(lay, r, statistics, (r.acc,), step, finish)
 
 
-def _dkv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
+def _dkv_kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
     r = lo.named(refs, _OPERANDS + " gk_dot gv_dot key_col acc_k acc_v")
-    t = Tiles(scale, key_major=True)
 
     def step(i: jax.Array, j: jax.Array) -> None:  # (bk, bq) tiles; statistics as (1, bq) rows
         q, k, q_dot, g_o = r.q[...], r.k[...], r.q_dot[...], r.g_o[...]
@@ -57,7 +55,7 @@ def _dkv_kernel(*refs: Ref, lay: lo.Layout, scale: float) -> None:
         r.acc_k[...] += accumulate(ds_prime, q) + accumulate(ds, q_dot)
         r.acc_v[...] += accumulate(p_prime, g_o)
 
-    lo.key_major(lay, r, scale, (r.gk_dot, r.gv_dot), step)
+    lo.key_major(lay, r, t, (r.gk_dot, r.gv_dot), step)
 
 
 @lo.entry
