@@ -56,6 +56,7 @@ E = B * H * V * bq * bk the score elements computed,
     g_k, g_v flops 2 E (2 D + 2 Dv),    transcendentals E,
     tangent_jvp             2 E (7 D + 3 Dv),
     vjp_jvp, second_vjp     2 E (5 D + 2 Dv) query-major + 2 E (5 D + 3 Dv) key-major,
+    second_vjp_and_vjp      2 E (6 D + 2 Dv) query-major + 2 E (6 D + 4 Dv) key-major,
 each second-order kernel one exp per score; bytes: the operands read once per block of the
 grid's outer (resident) side, plus the streamed side once per visited block pair (B H V block
 bytes), plus the outputs (``layout.tiled_call`` counts them from the operands' kinds).

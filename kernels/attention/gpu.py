@@ -1,6 +1,6 @@
-"""Pallas GPU (Triton) kernels for the six attention passes of the TPU family.
+"""Pallas GPU (Triton) kernels for the attention passes of the TPU family.
 
-    PASSES[name](*operands, scale, causal, block_q, block_k, q_offset=0, interpret=False)
+    PASSES[name](*operands, **layout.Static)     (vmem_limit_bytes, a TPU limit, is ignored)
 
 ``name`` and the operands are those of ``kernels.attention``'s TPU functions (``flash_<name>``,
 same order, same results and dtypes); the tile algebra is theirs (``tiles``). Grids:
@@ -18,7 +18,7 @@ D and Dv powers of two >= 16 (zero features change no score). Verified in Pallas
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import jax
 import jax.numpy as jnp
@@ -27,13 +27,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from . import tiles
-from .layout import Layout, layout, named
+from .layout import Layout, Static, entry, layout_of, named
 from .tiles import NEG, Tiles, accumulate
 
 MAX_BLOCK = 64
 Arrays = tuple[jax.Array, ...]
-Static = dict[str, Any]
-STATIC = ("scale", "causal", "block_q", "block_k", "q_offset", "interpret")
 
 
 def gpu_blocks(tq: int, tk: int) -> tuple[int, int]:
@@ -142,7 +140,7 @@ def _run(
     lay: Layout,
     operands: Sequence[jax.Array],
     out_shapes: Sequence[tuple[tuple[int, ...], Any]],
-    static: dict[str, Any],
+    static: Static,
 ) -> Any:
     grid = (lay.batch, lay.heads, lay.nk if call.key_major else lay.nq)
     like = operands[0]
@@ -156,7 +154,7 @@ def _run(
         in_specs=[_spec(lay, kind, call.key_major) for kind in call.kinds.split()],
         out_specs=tuple(_spec(lay, kind, call.key_major) for kind in call.out_kinds.split()),
         compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
-        interpret=static["interpret"],
+        interpret=static.get("interpret", False),
         name=f"fastgp_attention_{call.kernel.__name__.strip('_')}",
     )(*operands)
 
@@ -411,25 +409,14 @@ def _second_vjp_pass(lay: Layout, static: Static, *args: Any, with_vjp: bool = F
 
 
 def _entry(name: str, run: Callable[..., Arrays], mask_at: int) -> Callable[..., Arrays]:
-    def entry(
-        *args: jax.Array,
-        scale: float,
-        causal: bool,
-        block_q: int,
-        block_k: int,
-        q_offset: int = 0,
-        interpret: bool = False,
-    ) -> Arrays:
-        q, k, v = args[:3]
-        lay = layout(q, k, v, block_q, block_k, causal, q_offset)
+    def pass_(*args: jax.Array, **static: Unpack[Static]) -> Arrays:
         operands = list(args)
         operands[mask_at] = operands[mask_at].astype(jnp.int32)
-        static = dict(scale=scale, interpret=interpret)
-        return run(lay, static, *operands)
+        return run(layout_of(args, static), static, *operands)
 
-    entry.__name__ = entry.__qualname__ = f"flash_{name}"
-    entry.__doc__ = f"The {name} pass on GPU: as ``kernels.attention.flash_{name}`` (module)."
-    return jax.jit(entry, static_argnames=STATIC)
+    pass_.__name__ = pass_.__qualname__ = f"flash_{name}"
+    pass_.__doc__ = f"The {name} pass on GPU: as ``kernels.attention.flash_{name}`` (module)."
+    return entry(pass_)
 
 
 PASSES: dict[str, Callable[..., Arrays]] = {

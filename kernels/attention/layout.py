@@ -223,7 +223,7 @@ class Static(TypedDict):
 
     scale: multiplies q.k. causal: query i sees key j only if j <= q_offset + i. block_q,
     block_k: must divide Tq and Tk (``tiling.blocks``). interpret: Pallas interpret mode (True or
-    ``pltpu.InterpretParams``; False by default). vmem_limit_bytes: the scoped-VMEM limit
+    ``pltpu.InterpretParams``; False by default). vmem_limit_bytes: the TPU's scoped-VMEM limit
     (``tiling.blocks(...).vmem_limit_bytes``; None: Mosaic's default). q_offset: the first
     query's position among the keys (causal only; a sequence shard's start), 0 by default.
     """
