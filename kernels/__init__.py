@@ -10,8 +10,7 @@
       vjp.py          flash_vjp: g_q (query-major) and g_k, g_v (key-major), the tangent's transpose
       tangent_jvp.py  flash_tangent_jvp: the tangent's derivative in (q, k, v, o, lse)
       vjp_jvp.py      flash_vjp_jvp: the VJP's derivative in (q, k, v, o, lse)
-      second_vjp.py   flash_second_vjp: the VJP of the tangent (and of the VJP) in them;
-                      flash_second_vjp_and_vjp: that and the VJP in one pass
+      second_vjp.py   flash_second_vjp: the VJP of the tangent (and of the VJP) in them
       layout.py       the grid layout, block specs, row helpers and cost counts all share
       tiling.py    Blocks, blocks per TPU generation
     tiling.py    register geometry and chip figures every family's tiling reads

@@ -5,9 +5,8 @@
     config.py     the static parameters of one call (scale, causal, blocks, backend)
     xla.py        the XLA path: forward, JVP and VJP as blockwise jnp/lax loops, and JAX's
                   derivatives of them as the second-order passes
-    rules.py      eight primitives (the forward, five linear passes: tangent, vjp, tangent_jvp,
-                  vjp_jvp, second_vjp, and two fused ones a penalty's backward takes) and the
-                  derivative rules that close them
+    rules.py      six primitives (the forward and five linear passes: tangent, vjp, tangent_jvp,
+                  vjp_jvp, second_vjp) and the derivative rules that close them
     sharding.py   each primitive per device under shard_map, explicit and Auto sharding
     binding.py    the primitives on the Pallas kernels of ``fastgp.kernels.attention`` (Mosaic on
                   TPU, Triton on GPU)

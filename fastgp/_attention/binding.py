@@ -36,7 +36,6 @@ _TPU_KERNELS: dict[str, Callable[..., Any]] = {
     "tangent_jvp": kernels.flash_tangent_jvp,
     "vjp_jvp": kernels.flash_vjp_jvp,
     "second_vjp": kernels.flash_second_vjp,
-    "second_vjp_and_vjp": kernels.flash_second_vjp_and_vjp,
 }
 # The width of each 4-D result: "d" the head dim of q and k, "v" that of v; "s" a statistic.
 _RESULT_WIDTHS = {
@@ -46,7 +45,6 @@ _RESULT_WIDTHS = {
     "tangent_jvp": "vs",
     "vjp_jvp": "ddv",
     "second_vjp": "ddvvs",
-    "second_vjp_and_vjp": "ddvvsddv",
 }
 _OFF_PLATFORM_MESSAGE = (
     "fastgp.attention(backend='pallas') runs Pallas kernels on TPU (Mosaic) and GPU (Triton), "

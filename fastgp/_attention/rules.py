@@ -7,12 +7,6 @@
     attention_vjp_jvp(P, mask, g_o, g_lse, P_dot)        -> (g_q, g_k, g_v)'  along P_dot
     attention_second_vjp(P, mask, dq, dk, dv, g_o, g_lse) -> grad_P <g, tangent(d)>
 
-and two fused ones, which a penalty's backward meets (the linearised tangent and its transpose):
-
-    attention_tangent_linearized(P, mask, d, d_dot, P_dot) -> tangent(P; d_dot)
-                                                             + tangent_jvp(P; d, P_dot)
-    attention_second_vjp_and_vjp(P, mask, d, g)          -> (second_vjp(P; d, g), vjp(P; g))
-
 with P = (q, k, v, o, lse) the primal inputs (o, lse the forward's saved outputs) and P_dot a
 direction of them. Shapes as in ``fastgp._attention.xla`` (``bhtd``, padded; ``mask`` the
 (B, Tk) key mask).
@@ -32,10 +26,6 @@ first-order case, <g, tangent(P; d)>). So the rules, each exact (derived in docs
 * Its transpose in a slot is the pass that takes the other slot and the returned one: tangent
   and vjp transpose into each other, tangent_jvp into second_vjp (in P_dot) or vjp_jvp (in d),
   and so on around. So a penalty's VJP of a JVP and nested ``jax.grad`` both run second_vjp.
-* The tangent's JVP along d and P at once is the fused tangent_linearized; its transpose in
-  (d_dot, P_dot) is second_vjp_and_vjp, one pass over the score tiles where vjp and second_vjp
-  would take two (the tiles hold the VJP's dS and P already). Their own derivatives are those
-  of the unfused sums.
 
 Each primitive runs the implementation that ``config.backend`` names: ``"xla"`` (the blockwise
 loops) or a Pallas kernel (``fastgp._attention.binding``), on each device's shard
@@ -65,8 +55,6 @@ def register_kernel_backend(backend: str, impls: Callable[[str, Config], Impl]) 
 
 
 def _impl(name: str, config: Config) -> Impl:
-    if name == "tangent_linearized":
-        return _tangent_linearized_impl(config)
     if config.backend == "xla":
         fn = xla.PASSES[name]
         return lambda *args: fn(*args, config=config)
@@ -209,9 +197,6 @@ def _linear_pass_jvp(name: str) -> Callable[..., Any]:
         primal, mask, groups = _split(name, primals)
         _, _, dots = _split(name, tangents)
         out = _bind(name, primal, mask, groups, config)
-        if name == "tangent" and not _all_zero(dots["d"]) and not _all_zero(tangents[:5]):
-            d, d_dot, p_dot = groups["d"], _dense(dots["d"]), _dense(tangents[:5])
-            return out, _bind_tangent_linearized(primal, mask, d, d_dot, p_dot, config)
         terms = [
             _bind(name, primal, mask, {**groups, slot: _dense(dots[slot])}, config)
             for slot in _PASS_SLOTS[name]
@@ -263,127 +248,6 @@ for _name, _prim in LINEAR_PASSES.items():
     ad.primitive_transposes[_prim] = _linear_pass_transpose(_name)
 
 
-# --- The fused passes ---------------------------------------------------------------------------
-
-tangent_linearized_p = _new_primitive("tangent_linearized")
-second_vjp_and_vjp_p = _new_primitive("second_vjp_and_vjp")
-tangent_linearized_p.def_abstract_eval(lambda *args, config: _slot_avals("g", *args[:5]))
-second_vjp_and_vjp_p.def_abstract_eval(
-    lambda *args, config: _slot_avals("p", *args[:5]) + _slot_avals("d", *args[:5])
-)
-
-
-def _tangent_linearized_impl(config: Config) -> Impl:
-    """Every backend's tangent_linearized: its two passes' sum (no kernel of its own)."""
-    tangent, tangent_jvp = _impl("tangent", config), _impl("tangent_jvp", config)
-
-    def run(*args: jax.Array) -> tuple[jax.Array, ...]:
-        primal, mask, d, d_dot, p_dot = args[:5], args[5], args[6:9], args[9:12], args[12:]
-        return tuple(_add(tangent(*primal, mask, *d_dot), tangent_jvp(*primal, mask, *d, *p_dot)))
-
-    return run
-
-
-def _bind_tangent_linearized(
-    primal: Sequence[Any],
-    mask: Any,
-    d: Sequence[Any],
-    d_dot: Sequence[Any],
-    p_dot: Sequence[Any],
-    config: Config,
-) -> list[jax.Array]:
-    args = (*primal, mask, *d, *d_dot, *p_dot)
-    return bind_per_device(tangent_linearized_p, *args, config=config)
-
-
-def _unfused_tangent_linearized(*args: Any, config: Config) -> list[jax.Array]:
-    primal, mask, d, d_dot, p_dot = args[:5], args[5], args[6:9], args[9:12], args[12:]
-    along_d = _bind("tangent", primal, mask, {"d": d_dot}, config)
-    return _add(along_d, _bind("tangent_jvp", primal, mask, {"d": d, "p": p_dot}, config))
-
-
-def _unfused_second_vjp_and_vjp(*args: Any, config: Config) -> list[jax.Array]:
-    primal, mask, d, g = args[:5], args[5], args[6:9], args[9:]
-    grad_p = _bind("second_vjp", primal, mask, {"d": d, "g": g}, config)
-    return [*grad_p, *_bind("vjp", primal, mask, {"g": g}, config)]
-
-
-def _fused_jvp(unfused: Callable[..., list[jax.Array]]) -> Callable[..., Any]:
-    """JVP of a fused pass: JAX's JVP of its unfused passes (each with its own rule)."""
-
-    def jvp(primals: Sequence[jax.Array], tangents: Sequence[Any], *, config: Config):  # type: ignore[no-untyped-def]
-        mask = primals[5]
-        dense = _dense([*tangents[:5], *tangents[6:]])
-
-        def fn(*xs: jax.Array) -> list[jax.Array]:
-            return unfused(*xs[:5], mask, *xs[5:], config=config)
-
-        out, out_dot = jax.jvp(fn, (*primals[:5], *primals[6:]), tuple(dense))
-        return out, out_dot
-
-    return jvp
-
-
-def _undefined(xs: Sequence[Any]) -> bool:
-    return any(ad.is_undefined_primal(x) for x in xs)
-
-
-def _refuse_primal_transpose(name: str, args: Sequence[Any]) -> None:
-    if _undefined(args[:6]):
-        raise NotImplementedError(
-            f"fastgp.attention: the {name} pass is linear in its slots, not in its primal inputs"
-        )
-
-
-def _cotangents_of(xs: Sequence[Any], values: Sequence[Any]) -> list[Any]:
-    return [v if ad.is_undefined_primal(x) else None for v, x in zip(values, xs, strict=True)]
-
-
-def _tangent_linearized_transpose(
-    cotangents: Sequence[Any], *args: Any, config: Config
-) -> list[Any]:
-    """In (d_dot, P_dot): the fused second_vjp_and_vjp of the cotangent; in one of them alone, the
-    vjp or the second_vjp."""
-    _refuse_primal_transpose("tangent_linearized", args[:9])
-    primal, mask, d, d_dot, p_dot = args[:5], args[5], args[6:9], args[9:12], args[12:]
-    g = _dense(cotangents)
-    grad_p: Sequence[Any]
-    grad_d: Sequence[Any]
-    if _undefined(d_dot) and _undefined(p_dot):
-        results = bind_per_device(second_vjp_and_vjp_p, *primal, mask, *d, *g, config=config)
-        grad_p, grad_d = results[:5], results[5:]
-    elif _undefined(d_dot):
-        grad_p, grad_d = [None] * 5, _bind("vjp", primal, mask, {"g": g}, config)
-    else:
-        grad_p, grad_d = _bind("second_vjp", primal, mask, {"d": d, "g": g}, config), [None] * 3
-    return [None] * 9 + _cotangents_of(d_dot, grad_d) + _cotangents_of(p_dot, grad_p)
-
-
-def _second_vjp_and_vjp_transpose(
-    cotangents: Sequence[Any], *args: Any, config: Config
-) -> list[Any]:
-    """In g: tangent_linearized of the cotangents (P's as P_dot, d's as d_dot); in d: vjp_jvp."""
-    _refuse_primal_transpose("second_vjp_and_vjp", args)
-    primal, mask, d, g = args[:5], args[5], args[6:9], args[9:]
-    ct_p, ct_d = _dense(cotangents[:5]), _dense(cotangents[5:])
-    if _undefined(d) == _undefined(g):
-        raise NotImplementedError(
-            "fastgp.attention: the second_vjp_and_vjp pass is linear in d and in g apart, not in "
-            "both at once"
-        )
-    if _undefined(g):
-        grad_g = _bind_tangent_linearized(primal, mask, d, ct_d, ct_p, config)
-        return [None] * 9 + _cotangents_of(g, grad_g)
-    grad_d = _bind("vjp_jvp", primal, mask, {"g": g, "p": ct_p}, config)
-    return [None] * 6 + _cotangents_of(d, grad_d) + [None] * 2
-
-
-ad.primitive_jvps[tangent_linearized_p] = _fused_jvp(_unfused_tangent_linearized)
-ad.primitive_jvps[second_vjp_and_vjp_p] = _fused_jvp(_unfused_second_vjp_and_vjp)
-ad.primitive_transposes[tangent_linearized_p] = _tangent_linearized_transpose
-ad.primitive_transposes[second_vjp_and_vjp_p] = _second_vjp_and_vjp_transpose
-
-
 # --- Batching (vmap) ----------------------------------------------------------------------------
 
 
@@ -403,7 +267,7 @@ def _batching_rule(prim: Primitive) -> Callable[..., Any]:
     return rule
 
 
-for _prim in (forward_p, *LINEAR_PASSES.values(), tangent_linearized_p, second_vjp_and_vjp_p):
+for _prim in (forward_p, *LINEAR_PASSES.values()):
     batching.primitive_batchers[_prim] = _batching_rule(_prim)
 
 

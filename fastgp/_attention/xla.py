@@ -323,13 +323,6 @@ def second_vjp(*args: jax.Array, config: Config) -> Arrays:
     return tuple(pullback(tuple(c.astype(x.dtype) for c, x in zip(g, out, strict=True))))
 
 
-def second_vjp_and_vjp(*args: jax.Array, config: Config) -> Arrays:
-    """:func:`second_vjp`'s five gradients, then :func:`vjp`'s (g_q, g_k, g_v) of the same
-    (g_o, g_lse), at ``(q, k, v, o, lse, key_mask, dq, dk, dv, g_o, g_lse)``."""
-    primal, key_mask, g = args[:5], args[5], args[9:]
-    return (*second_vjp(*args, config=config), *vjp(*primal, key_mask, *g, config=config))
-
-
 PASSES: dict[str, Callable[..., Any]] = {
     "forward": forward,
     "tangent": tangent,
@@ -337,16 +330,6 @@ PASSES: dict[str, Callable[..., Any]] = {
     "tangent_jvp": tangent_jvp,
     "vjp_jvp": vjp_jvp,
     "second_vjp": second_vjp,
-    "second_vjp_and_vjp": second_vjp_and_vjp,
 }
 
-__all__ = [
-    "PASSES",
-    "forward",
-    "second_vjp",
-    "second_vjp_and_vjp",
-    "tangent",
-    "tangent_jvp",
-    "vjp",
-    "vjp_jvp",
-]
+__all__ = ["PASSES", "forward", "second_vjp", "tangent", "tangent_jvp", "vjp", "vjp_jvp"]

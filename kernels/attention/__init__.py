@@ -16,7 +16,6 @@ L_i = 0, P_i. = 0 and O_i = 0 (no NaN, no inf).
     flash_second_vjp(q, k, v, o, lse, key_mask, dq, dk, dv, g_o, g_lse)
                                                           -> the gradient in (q, k, v, o, lse)
                                                              of <(g_o, g_lse), tangent(dq, dk, dv)>
-    flash_second_vjp_and_vjp(same arrays)                 -> those, then flash_vjp's g_q, g_k, g_v
 
 The tangent, with P from the saved lse: Sdot_ij = scale (dq_i.k_j + q_i.dk_j),
 mu_i = sum_j P_ij Sdot_ij, do_i = sum_j P_ij (Sdot_ij v_j + dv_j) - mu_i o_i, dlse_i = mu_i.
@@ -56,14 +55,13 @@ E = B * H * V * bq * bk the score elements computed,
     g_k, g_v flops 2 E (2 D + 2 Dv),    transcendentals E,
     tangent_jvp             2 E (7 D + 3 Dv),
     vjp_jvp, second_vjp     2 E (5 D + 2 Dv) query-major + 2 E (5 D + 3 Dv) key-major,
-    second_vjp_and_vjp      2 E (6 D + 2 Dv) query-major + 2 E (6 D + 4 Dv) key-major,
 each second-order kernel one exp per score; bytes: the operands read once per block of the
 grid's outer (resident) side, plus the streamed side once per visited block pair (B H V block
 bytes), plus the outputs (``layout.tiled_call`` counts them from the operands' kinds).
 """
 
 from .forward import flash_forward
-from .second_vjp import flash_second_vjp, flash_second_vjp_and_vjp
+from .second_vjp import flash_second_vjp
 from .tangent import flash_tangent
 from .tangent_jvp import flash_tangent_jvp
 from .tiling import Blocks, blocks
@@ -75,7 +73,6 @@ __all__ = [
     "blocks",
     "flash_forward",
     "flash_second_vjp",
-    "flash_second_vjp_and_vjp",
     "flash_tangent",
     "flash_tangent_jvp",
     "flash_vjp",

@@ -109,22 +109,21 @@ def _walk_queries(
     lay: Layout,
     t: Tiles,
     j: jax.Array,
-    step: Callable[[jax.Array], tuple[jax.Array, ...]],
-    *outputs: Any,
+    step: Callable[[jax.Array], tuple[jax.Array, jax.Array]],
+    g_k: Any,
+    g_v: Any,
 ) -> None:
-    """Key-major: sum ``step(i)``'s terms, a (bk, D) and a (bk, Dv) one per (grad k, grad v) pair
-    of ``outputs``, over the query blocks that see key block j; write scale x each pair's first
-    and its second as they are."""
+    """Key-major: sum ``step(i)``'s (bk, D) and (bk, Dv) terms over the query blocks that see key
+    block j, and write scale x the first to ``g_k``, the second to ``g_v``."""
 
     def body(i: jax.Array, carry: Any) -> Any:
-        return tuple(acc + term for acc, term in zip(carry, step(i), strict=True))
+        term_k, term_v = step(i)
+        return carry[0] + term_k, carry[1] + term_v
 
-    widths = (lay.d, lay.dv) * (len(outputs) // 2)
-    accs = _walk(lay, j, True, body, tuple(jnp.zeros((lay.bk, w), jnp.float32) for w in widths))
-    for at in range(0, len(outputs), 2):
-        (g_k, g_v), (acc_k, acc_v) = outputs[at : at + 2], accs[at : at + 2]
-        g_k[...] = (t.scale * acc_k).astype(g_k.dtype)
-        g_v[...] = acc_v.astype(g_v.dtype)
+    init = (jnp.zeros((lay.bk, lay.d), jnp.float32), jnp.zeros((lay.bk, lay.dv), jnp.float32))
+    acc_k, acc_v = _walk(lay, j, True, body, init)
+    g_k[...] = (t.scale * acc_k).astype(g_k.dtype)
+    g_v[...] = acc_v.astype(g_v.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,51 +296,40 @@ _SECOND_VJP = "q k v dk dv dq g_o lse c km"
 _SECOND_VJP_KINDS = "qd kd kv kd kv qd qv qs qs km"
 
 
-def _second_vjp_q(*refs: Any, lay: Layout, t: Tiles, with_vjp: bool = False) -> None:
-    r = named(refs, _SECOND_VJP + " grad_q grad_o grad_lse" + " g_q" * with_vjp)
+def _second_vjp_q(*refs: Any, lay: Layout, t: Tiles) -> None:
+    r = named(refs, _SECOND_VJP + " grad_q grad_o grad_lse")
     i, q, dq, g_o = pl.program_id(2), r.q[...], r.dq[...], r.g_o[...]
     lse, c = r.lse[...][:, None], r.c[...][:, None]
 
     def body(j: jax.Array, carry: Any) -> Any:
-        mu, sum_a, acc, *acc_g = carry
+        mu, sum_a, acc = carry
         k, v, dk, dv = (_block(x, j, lay.bk) for x in (r.k, r.v, r.dk, r.dv))
         p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         ds, a, ps = tiles.second_vjp(t, p, q, k, v, dq, dk, dv, g_o, c)
         acc = acc + accumulate(a, k) + accumulate(ds, dk)
-        acc_g = [g + accumulate(ds, k) for g in acc_g]
-        return mu + jnp.sum(ps, axis=1), sum_a + jnp.sum(a, axis=1), acc, *acc_g
+        return mu + jnp.sum(ps, axis=1), sum_a + jnp.sum(a, axis=1), acc
 
-    rows, acc = jnp.zeros((lay.bq,), jnp.float32), jnp.zeros((lay.bq, lay.d), jnp.float32)
-    mu, sum_a, acc, *acc_g = _walk(lay, i, False, body, (rows, rows, acc) + (acc,) * with_vjp)
+    rows = jnp.zeros((lay.bq,), jnp.float32)
+    mu, sum_a, acc = _walk(
+        lay, i, False, body, (rows, rows, jnp.zeros((lay.bq, lay.d), jnp.float32))
+    )
     r.grad_q[...] = (t.scale * acc).astype(r.grad_q.dtype)
     r.grad_o[...] = (-mu[:, None] * g_o.astype(jnp.float32)).astype(r.grad_o.dtype)
     r.grad_lse[...] = -sum_a
-    if with_vjp:
-        r.g_q[...] = (t.scale * acc_g[0]).astype(r.g_q.dtype)
 
 
-def _second_vjp_kv(*refs: Any, lay: Layout, t: Tiles, with_vjp: bool = False) -> None:
-    r = named(refs, _SECOND_VJP + " grad_k grad_v" + " g_k g_v" * with_vjp)
+def _second_vjp_kv(*refs: Any, lay: Layout, t: Tiles) -> None:
+    r = named(refs, _SECOND_VJP + " grad_k grad_v")
     j, k, v, dk, dv = pl.program_id(2), r.k[...], r.v[...], r.dk[...], r.dv[...]
 
-    def step(i: jax.Array) -> tuple[jax.Array, ...]:
+    def step(i: jax.Array) -> tuple[jax.Array, jax.Array]:
         q, dq, g_o = (_block(x, i, lay.bq) for x in (r.q, r.dq, r.g_o))
         lse, c = _block(r.lse, i, lay.bq)[None, :], _block(r.c, i, lay.bq)[None, :]
         p = _tile_probabilities(lay, t, r, q, k, i, j, lse)
         ds, a, ps = tiles.second_vjp(t, p, q, k, v, dq, dk, dv, g_o, c)
-        terms = (accumulate(a, q) + accumulate(ds, dq), accumulate(ps, g_o))
-        return terms + ((accumulate(ds, q), accumulate(p, g_o)) if with_vjp else ())
+        return accumulate(a, q) + accumulate(ds, dq), accumulate(ps, g_o)
 
-    outputs = (r.grad_k, r.grad_v) + ((r.g_k, r.g_v) if with_vjp else ())
-    _walk_queries(lay, t, j, step, *outputs)
-
-
-def _second_vjp_and_vjp_q(*refs: Any, lay: Layout, t: Tiles) -> None:
-    _second_vjp_q(*refs, lay=lay, t=t, with_vjp=True)
-
-
-def _second_vjp_and_vjp_kv(*refs: Any, lay: Layout, t: Tiles) -> None:
-    _second_vjp_kv(*refs, lay=lay, t=t, with_vjp=True)
+    _walk_queries(lay, t, j, step, r.grad_k, r.grad_v)
 
 
 # --- Entry points ---------------------------------------------------------------------------
@@ -390,22 +378,17 @@ def _vjp_jvp_pass(lay: Layout, static: Static, *args: Any) -> Arrays:
     return g_q, g_k, g_v
 
 
-def _second_vjp_pass(lay: Layout, static: Static, *args: Any, with_vjp: bool = False) -> Arrays:
+def _second_vjp_pass(lay: Layout, static: Static, *args: Any) -> Arrays:
     q, k, v, o, lse, km, dq, dk, dv, g_o, g_lse = args
     c = tiles.row_dots(g_o, o) - g_lse.astype(jnp.float32)
     operands = (q, k, v, dk, dv, dq, g_o, lse, c, km)
-    kernels: tuple[Callable[..., None], ...] = (_second_vjp_q, _second_vjp_kv)
-    outs_q = [(q.shape, q.dtype), (o.shape, o.dtype), (lse.shape, jnp.float32)]
-    outs_kv = [(k.shape, k.dtype), (v.shape, v.dtype)]
-    if with_vjp:  # and the VJP's scale dS k, scale dS^T q and P^T g_o
-        kernels = (_second_vjp_and_vjp_q, _second_vjp_and_vjp_kv)
-        outs_q, outs_kv = [*outs_q, outs_q[0]], outs_kv * 2
-    q_kernel, kv_kernel = kernels
-    call = _Call(q_kernel, _SECOND_VJP_KINDS, "qd qv qs" + " qd" * with_vjp)
-    grad_q, grad_o, grad_lse, *g_q = _run(call, lay, operands, outs_q, static)
-    call = _Call(kv_kernel, _SECOND_VJP_KINDS, "kd kv" + " kd kv" * with_vjp, True)
-    grad_k, grad_v, *g_kv = _run(call, lay, operands, outs_kv, static)
-    return grad_q, grad_k, grad_v, grad_o, grad_lse, *g_q, *g_kv
+    outs_q = ((q.shape, q.dtype), (o.shape, o.dtype), (lse.shape, jnp.float32))
+    call = _Call(_second_vjp_q, _SECOND_VJP_KINDS, "qd qv qs")
+    grad_q, grad_o, grad_lse = _run(call, lay, operands, outs_q, static)
+    outs_kv = ((k.shape, k.dtype), (v.shape, v.dtype))
+    call = _Call(_second_vjp_kv, _SECOND_VJP_KINDS, "kd kv", True)
+    grad_k, grad_v = _run(call, lay, operands, outs_kv, static)
+    return grad_q, grad_k, grad_v, grad_o, grad_lse
 
 
 def _entry(name: str, run: Callable[..., Arrays], mask_at: int) -> Callable[..., Arrays]:
@@ -426,9 +409,6 @@ PASSES: dict[str, Callable[..., Arrays]] = {
     "tangent_jvp": _entry("tangent_jvp", _tangent_jvp_pass, 5),
     "vjp_jvp": _entry("vjp_jvp", _vjp_jvp_pass, 5),
     "second_vjp": _entry("second_vjp", _second_vjp_pass, 5),
-    "second_vjp_and_vjp": _entry(
-        "second_vjp_and_vjp", functools.partial(_second_vjp_pass, with_vjp=True), 5
-    ),
 }
 
 __all__ = ["PASSES", "gpu_blocks"]

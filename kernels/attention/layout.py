@@ -376,33 +376,31 @@ def row_scratch(lay: Layout, rows: int, width: int) -> list[Any]:
     ]
 
 
-def key_scratch(lay: Layout, pairs: int = 1) -> list[Any]:
-    """The key-major kernels' scratch: the key-mask column and ``pairs`` of (block_k, D),
-    (block_k, Dv) accumulators."""
-    return [pltpu.VMEM((lay.bk, w), jnp.float32) for w in (LANES, *(lay.d, lay.dv) * pairs)]
+def key_scratch(lay: Layout) -> list[Any]:
+    """The key-major kernels' scratch: the key-mask column and the (block_k, D), (block_k, Dv)
+    accumulators."""
+    return [pltpu.VMEM((lay.bk, w), jnp.float32) for w in (LANES, lay.d, lay.dv)]
 
 
 def key_major(
     lay: Layout,
     r: types.SimpleNamespace,
     t: Tiles,
-    outputs: Sequence[Any],
-    accumulators: Sequence[Any],
+    outputs: tuple[Any, Any],
     step: Callable[[jax.Array, jax.Array], None],
 ) -> None:
-    """A key-major kernel's body: ``step`` adds to the ``accumulators`` over the query blocks
-    (the key mask as the key_col scratch column); each (acc_k, acc_v) pair of them is written as
-    (scale acc_k, acc_v) to the matching pair of ``outputs``."""
+    """A key-major kernel's body: ``step`` adds to the acc_k and acc_v scratch over the query
+    blocks (the key mask as the key_col scratch column), written as (scale acc_k, acc_v) to
+    ``outputs``."""
+    out_k, out_v = outputs
 
     def init() -> None:
         r.key_col[...] = row_to_col((r.km[...] != 0).astype(jnp.float32))
-        zero(*accumulators)
+        zero(r.acc_k, r.acc_v)
 
     def finish() -> None:
-        for at in range(0, len(outputs), 2):
-            (out_k, out_v), (acc_k, acc_v) = outputs[at : at + 2], accumulators[at : at + 2]
-            out_k[...] = (t.scale * acc_k[...]).astype(out_k.dtype)
-            out_v[...] = acc_v[...].astype(out_v.dtype)
+        out_k[...] = (t.scale * r.acc_k[...]).astype(out_k.dtype)
+        out_v[...] = r.acc_v[...].astype(out_v.dtype)
 
     grid_steps(lay, True, init, step, finish)
 
@@ -439,11 +437,10 @@ def key_major_call(
     depth: int,
     operands: Sequence[jax.Array],
     static: Static,
-    pairs: int = 1,
 ) -> Any:
-    """``pairs`` of (grad k, grad v) in k's and v's dtypes from a key-major kernel (see
-    :func:`key_major`); ``operands`` start with q, k, v."""
+    """(grad k, grad v) in k's and v's dtypes from a key-major kernel (see :func:`key_major`);
+    ``operands`` start with q, k, v."""
     q, k, v = operands[:3]
-    call = Call(kinds, "kd kv " * pairs, key_scratch(lay, pairs), depth, key_major=True)
-    out_kv = (out(k.shape, k.dtype, q), out(v.shape, v.dtype, q)) * pairs
+    call = Call(kinds, "kd kv", key_scratch(lay), depth, key_major=True)
+    out_kv = (out(k.shape, k.dtype, q), out(v.shape, v.dtype, q))
     return tiled_call(kernel, lay, call, operands, out_kv, static)

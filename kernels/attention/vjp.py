@@ -38,7 +38,7 @@ def _dkv_kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
         r.acc_v[...] += accumulate(p, g_o)
         r.acc_k[...] += accumulate(t.ds(p, g_o, r.v[...], r.c[...]), q)
 
-    lo.key_major(lay, r, t, (r.g_k, r.g_v), (r.acc_k, r.acc_v), step)
+    lo.key_major(lay, r, t, (r.g_k, r.g_v), step)
 
 
 @lo.entry

@@ -55,7 +55,7 @@ def _dkv_kernel(*refs: Ref, lay: lo.Layout, t: Tiles) -> None:
         r.acc_k[...] += accumulate(ds_prime, q) + accumulate(ds, q_dot)
         r.acc_v[...] += accumulate(p_prime, g_o)
 
-    lo.key_major(lay, r, t, (r.gk_dot, r.gv_dot), (r.acc_k, r.acc_v), step)
+    lo.key_major(lay, r, t, (r.gk_dot, r.gv_dot), step)
 
 
 @lo.entry

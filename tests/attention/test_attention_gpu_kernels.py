@@ -83,7 +83,6 @@ def second_order(case, primal, mask, d, g, dot):
         "tangent_jvp": run("tangent_jvp", case, *primal, mask, *d, *dot),
         "vjp_jvp": run("vjp_jvp", case, *primal, mask, *g, *dot),
         "second_vjp": run("second_vjp", case, *primal, mask, *d, *g),
-        "second_vjp_and_vjp": run("second_vjp_and_vjp", case, *primal, mask, *d, *g),
     }
 
 
@@ -131,7 +130,6 @@ def test_every_pass_lowers_to_triton_for_cuda(name):
         "tangent_jvp": (*primal, mask, x, x, x, *primal),
         "vjp_jvp": (*primal, mask, x, rows, *primal),
         "second_vjp": (*primal, mask, x, x, x, x, rows),
-        "second_vjp_and_vjp": (*primal, mask, x, x, x, x, rows),
     }[name]
     block_q, block_k = gpu.gpu_blocks(t, t)
     fn = lambda *a: gpu.PASSES[name](*a, scale=0.125, causal=True, block_q=block_q, block_k=block_k)
@@ -139,7 +137,7 @@ def test_every_pass_lowers_to_triton_for_cuda(name):
         *operands
     )
     text = exported.mlir_module()
-    calls = 2 if name in ("vjp", "vjp_jvp", "second_vjp", "second_vjp_and_vjp") else 1
+    calls = 2 if name in ("vjp", "vjp_jvp", "second_vjp") else 1
     assert text.count("__gpu$xla.gpu.triton") == calls
     assert f"fastgp_attention_{name}" in text
 
@@ -165,8 +163,7 @@ def _critic_step(backend, second_order):
 @pytest.mark.parametrize("second_order", ["reverse-over-forward", "reverse"])
 def test_the_whole_penalty_step_runs_every_pass_on_triton_for_cuda(second_order):
     """backend="pallas" exported for CUDA: the forward, tangent, VJP and second-order kernels
-    are all Triton calls (the linearised tangent's transpose is the fused second_vjp_and_vjp;
-    nested reverse mode's vjp_jvp transposes into second_vjp);
+    are all Triton calls (nested reverse mode adds vjp_jvp's transposes, which are second_vjp);
     ``auto`` keeps CUDA on XLA's loops until the kernels are timed on a GPU."""
     s = jax.ShapeDtypeStruct
     params = {n: s((32, 128), jnp.bfloat16) for n in "qkv"} | {"out": s((128, 1), jnp.bfloat16)}
@@ -178,8 +175,7 @@ def test_the_whole_penalty_step_runs_every_pass_on_triton_for_cuda(second_order)
         texts[backend] = jax.export.export(step, platforms=["cuda"], disabled_checks=[TRITON])(
             params, x, x, key
         ).mlir_module()
-    second = "second_vjp_and_vjp" if second_order == "reverse-over-forward" else "second_vjp"
-    for name in ("forward", "tangent", "vjp_q", "vjp_kv", f"{second}_q", f"{second}_kv"):
+    for name in ("forward", "tangent", "vjp_q", "vjp_kv", "second_vjp_q", "second_vjp_kv"):
         assert f'"fastgp_attention_{name}' in texts["pallas"], name
     assert "stablehlo.while" not in texts["pallas"]  # every loop is inside a kernel
     assert "__gpu$xla.gpu.triton" not in texts["auto"]
