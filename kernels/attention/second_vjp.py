@@ -75,7 +75,7 @@ def flash_second_vjp(*arrays: jax.Array, **static: Unpack[lo.Static]) -> tuple[j
     rows = (lo.stat_rows(lse), lo.stat_rows(c), lo.key_rows(key_mask))
     operands = (q, k, v, dk, dv, dq, g_o, *rows)
     q_call = lo.Call(_KINDS, "qd qv qs", lo.row_scratch(lay, 4, lay.d), 5 * lay.d + 2 * lay.dv)
-    lse_rows = lo.out(lse.shape[:2] + (1, lay.tq), jnp.float32, q)  # as lo.stat_rows lays it
+    lse_rows = lo.o_and_lse(lay, q)[1]
     out_q = (lo.out(q.shape, q.dtype, q), lo.out(o.shape, o.dtype, q), lse_rows)
     grad_q, grad_o, grad_lse = lo.tiled_call(_q_kernel, lay, q_call, operands, out_q, static)
     depth = 5 * lay.d + 3 * lay.dv
