@@ -95,14 +95,15 @@ def interpret_mode(backend: Backend) -> bool | pltpu.InterpretParams:
 
 
 def current_generation() -> str | None:
-    """Generation of the default device if it is a TPU, else None."""
+    """Generation of the TPU a function is traced for, else None.
+
+    That is the device Pallas itself tiles for: the abstract mesh's device, else JAX's default
+    device. So ``jax.default_device`` of a compile-only TPU device (``fastgp._compiled``) tiles
+    for that chip from a CPU host."""
     try:
-        device = jax.devices()[0]
-    except RuntimeError:
+        return str(pltpu.get_tpu_info().chip_version.value)
+    except (ValueError, RuntimeError):  # not a TPU, or no device at all
         return None
-    if device.platform != "tpu":
-        return None
-    return str(pltpu.get_tpu_info().chip_version.value)
 
 
 def generation(backend: Backend) -> str | None:

@@ -87,9 +87,11 @@ def tpu_device(generation: str) -> Any:
 
 
 def lower_for(device: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """``jit(fn)`` lowered for ``args`` (arrays or ShapeDtypeStructs) on ``device``."""
+    """``jit(fn)`` lowered for ``args`` (arrays or ShapeDtypeStructs) on ``device``, traced with
+    ``device`` as the default device, so that the kernels tile for its generation."""
     sharding = jax.sharding.SingleDeviceSharding(device)
-    return jax.jit(fn, in_shardings=sharding).lower(*args)
+    with jax.default_device(device):
+        return jax.jit(fn, in_shardings=sharding).lower(*args)
 
 
 def compile_for(device: Any, fn: Callable[..., Any], *args: Any) -> Any:

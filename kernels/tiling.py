@@ -1,8 +1,9 @@
 """What every kernel family's tiling shares: TPU register geometry and the chips' figures.
 
 Each op's ``tiling`` module (``penalty.tiling``, ``attention.tiling``) turns these into its own
-``Blocks`` for a generation name such as ``"v5e"``; ``None`` stands for an unknown target (AOT
-lowering from a CPU host, interpret mode) and takes the smallest figures of any supported chip.
+``Blocks`` for a generation name such as ``"v5e"``; ``None`` stands for an unknown target (a
+lowering whose device is not a TPU, interpret mode) and takes the smallest figures of any
+supported chip.
 """
 
 import functools

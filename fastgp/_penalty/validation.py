@@ -29,7 +29,8 @@ def leaves_of(tree: PyTree, what: str) -> tuple[tuple[jax.Array, ...], int]:
         if not jnp.issubdtype(leaf.dtype, jnp.floating):
             raise TypeError(
                 f"{name} has dtype {leaf.dtype}; gradient penalties need a floating "
-                f"dtype (float32, bfloat16, float16, or float64 with x64)"
+                f"dtype (float32, bfloat16, float16, or float64 with x64); pass integer inputs "
+                f"such as class labels by closing over them in the critic"
             )
         if leaf.ndim == 0:
             raise ValueError(f"{name} is a scalar; expected a leading batch axis (B, ...)")
@@ -113,8 +114,14 @@ def check_backend_on_data(backend: Backend, tree: PyTree) -> None:
 
 def check_kind(kind: Kind) -> None:
     """``kind`` must be one of ``KINDS`` (the type says so; callers may still pass any string)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}")
+    if kind in KINDS:
+        return
+    hint = ""
+    if isinstance(kind, str) and kind.lower() == "r2":
+        hint = "; R2 is the R1 penalty taken at the fakes: kind='r1' with x the fake batch"
+    elif isinstance(kind, str) and kind.lower() in KINDS:
+        hint = f"; kinds are lower case: {kind.lower()!r}"
+    raise ValueError(f"unknown penalty kind {kind!r}; expected one of {KINDS}{hint}")
 
 
 def check_backend(backend: Backend) -> None:

@@ -21,8 +21,8 @@ A length under 128 is one block of the length rounded up to 16 (the sublane pack
 the smallest tile of Triton's matmuls, so that the GPU kernels can walk the same padded arrays):
 blocks equal to the (padded) array dims satisfy Mosaic's (8, 128) rule.
 
-``generation=None`` (unknown target: AOT lowering from a CPU host, interpret mode) takes the
-smallest of each figure over the supported generations, which compiles on all of them.
+``generation=None`` (unknown target: a lowering whose device is not a TPU, interpret mode) takes
+the smallest of each figure over the supported generations, which compiles on all of them.
 """
 
 import dataclasses

@@ -11,7 +11,7 @@ the input (double-buffered) and its float32 temporaries fit in 3/4 of VMEM with 
 When one block holds the whole batch, the reduction is split into two halves that the two
 TensorCores of a megacore chip (v4, v5p) sum in parallel.
 
-Unknown targets (ahead-of-time lowering from a CPU host, interpret mode) use the smallest budget
+Unknown targets (a lowering whose device is not a TPU, interpret mode) use the smallest budget
 of any supported generation, which compiles everywhere, and split as a megacore chip would.
 """
 

@@ -1,6 +1,7 @@
 """fastgp._compiled: figures read from programs compiled for a TPU."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -72,3 +73,43 @@ def test_loops_count_the_while_loops_of_a_tpu_program():
     assert "/*index=5*/" in cf.compile_for(device, grad("xla"), q).as_text()
     assert loops["loops"] >= 2 and loops["kernels"] == 0
     assert kernels["loops"] == 0 and kernels["kernels"] == 3  # forward, g_q, g_k and g_v
+
+
+@pytest.mark.parametrize("generation", ["v5e", "v6e"])
+def test_a_program_lowered_for_a_chip_tiles_its_kernels_for_that_chip(generation):
+    """The figures are of the program the chip would run: attention's Mosaic call, lowered for a
+    generation from this CPU host, carries the cost (which counts its K/V passes, one per query
+    block) of the forward kernel at that generation's blocks, not at the unknown target's."""
+    import fastgp
+    from fastgp.kernels import attention as kernels
+
+    t, heads, d = 4096, 2, 64
+    q = jax.ShapeDtypeStruct((1, t, heads, d), jnp.bfloat16)
+    device = cf.tpu_device(generation)
+    fused = cf.lower_for(device, lambda q: fastgp.attention(q, q, q, backend="pallas"), q)
+
+    def forward_at(tiles):
+        qt = jax.ShapeDtypeStruct((1, heads, t, d), jnp.bfloat16)
+        mask = jax.ShapeDtypeStruct((1, t), jnp.int32)
+        run = lambda q, m: kernels.flash_forward(
+            q,
+            q,
+            q,
+            m,
+            scale=d**-0.5,
+            causal=False,
+            block_q=tiles.block_q,
+            block_k=tiles.block_k,
+            vmem_limit_bytes=tiles.vmem_limit_bytes,
+        )
+        return _kernel_bytes(cf.lower_for(device, run, qt, mask).as_text())
+
+    chip, unknown = kernels.blocks(t, t, d, 2, generation), kernels.blocks(t, t, d, 2, None)
+    assert chip.block_q != unknown.block_q  # else this test could not tell them apart
+    assert _kernel_bytes(fused.as_text()) == forward_at(chip) != forward_at(unknown)
+
+
+def _kernel_bytes(text):
+    """The bytes_accessed of the one Mosaic call in a lowered program's text."""
+    (found,) = re.findall(r"bytes_accessed(?:\\22|\W)*(\d+)", text)  # \22: an escaped quote
+    return int(found)

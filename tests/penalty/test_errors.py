@@ -72,12 +72,20 @@ def test_critic_output_must_be_per_sample(bad_critic, match):
         ({"weight": float("nan")}, ValueError, "weight must be finite"),
         ({"weight": float("inf")}, ValueError, "weight"),
         ({"kind": "wgan"}, ValueError, "unknown penalty kind 'wgan'"),
+        ({"kind": "r2"}, ValueError, "R2 is the R1 penalty taken at the fakes: kind='r1'"),
+        ({"kind": "WGAN-GP"}, ValueError, "kinds are lower case: 'wgan-gp'"),
         ({"backend": "cuda"}, ValueError, "unknown backend 'cuda'"),
     ],
 )
 def test_bad_options_are_named(kwargs, error, match):
     with pytest.raises(error, match=match):
         penalty.gradient_penalty(critic, jnp.ones((4, 3)), **kwargs)
+
+
+def test_integer_labels_in_x_name_the_leaf_and_the_way_out():
+    x = (jnp.ones((4, 3)), jnp.arange(4))
+    with pytest.raises(TypeError, match=r"x\[1\] has dtype int32.*closing over them in the critic"):
+        penalty.gradient_penalty(lambda xs: xs[0].sum(-1) + xs[1], x)
 
 
 def test_traced_weight_is_allowed():
