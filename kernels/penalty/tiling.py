@@ -7,7 +7,10 @@ Two views of a gradient leaf are tiled (see ``tpu``):
 
 Two limits set the block size: large enough that the fixed cost of a grid step (about 0.35 us)
 is under ~10 % of the step's DMA time (``bytes >= bandwidth * 3.5 us``), and small enough that
-the input (double-buffered) and its float32 temporaries fit in 3/4 of VMEM with margin.
+the input (double-buffered) and its float32 temporaries, ``VMEM_TILES`` float32 blocks, fit in
+3/4 of VMEM. The kernel asks for that much scoped VMEM (and 1 MiB), not for 3/4 of the core's:
+XLA plans the rest of the step around the largest request, and a larger one left it fewer of the
+step's own buffers in VMEM (docs/performance.md, "The toy critics compiled for TPU").
 When one block holds the whole batch, the reduction is split into two halves that the two
 TensorCores of a megacore chip (v4, v5p) sum in parallel.
 
@@ -34,6 +37,7 @@ STEP_OVERHEAD_S = 0.35e-6
 MAX_BLOCK_BYTES = 8 << 20  # keeps Mosaic's fully unrolled block code small
 MIN_BLOCK_BYTES = 512 << 10
 MIN_TILE_WIDTH = 2048  # lanes a rows block keeps before it grows rows (fewer, longer DMA rows)
+VMEM_TILES = 7  # float32 blocks live at once: the input double-buffered and its temporaries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +60,11 @@ def generation_budget(generation: str | None) -> tuple[int, int]:
         return min(generation_budget(g) for g in SUPPORTED_GENERATIONS)
     info = chip_info(generation)
     by_bandwidth = info.mem_bw_bytes_per_second * STEP_OVERHEAD_S * 10
-    by_vmem = info.vmem_capacity_bytes * 3 // 4 // 7
+    scoped = info.vmem_capacity_bytes * 3 // 4
+    by_vmem = scoped // VMEM_TILES
     tile = int(np.clip(min(by_bandwidth, by_vmem), MIN_BLOCK_BYTES, MAX_BLOCK_BYTES))
     tile = 1 << (tile.bit_length() - 1)  # round down to a power of two
-    return tile, info.vmem_capacity_bytes * 3 // 4
+    return tile, min(scoped, VMEM_TILES * tile + (1 << 20))
 
 
 def _even_split(length: int, limit: int, multiple: int) -> int:

@@ -14,7 +14,8 @@ from jax.experimental.pallas import tpu as pltpu
 from fastgp._penalty import binding as backends
 from fastgp._penalty.rowops import RowOptions, norms_and_penalties
 from fastgp.kernels.penalty import Blocks, lane_blocks, lane_sumsq, row_blocks, row_sumsq
-from fastgp.kernels.tiling import SUPPORTED_GENERATIONS
+from fastgp.kernels.penalty.tiling import VMEM_TILES, generation_budget
+from fastgp.kernels.tiling import SUPPORTED_GENERATIONS, chip_info
 from oracles import norms64, penalties64
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -227,6 +228,18 @@ def test_row_blocks_obey_tpu_layout_rules(generation, batch, features, itemsize)
     # Input double-buffered plus two float32 temporaries.
     tile = max(blocks.batch, sublanes) * max(blocks.reduce, 128)
     assert 2 * tile * itemsize + 2 * tile * 4 <= blocks.vmem_limit_bytes
+
+
+@pytest.mark.parametrize("generation", SUPPORTED_GENERATIONS)
+def test_the_kernels_ask_for_the_scoped_vmem_their_blocks_need_not_the_cores(generation):
+    """XLA plans the rest of a step around the largest scoped-VMEM request, so the kernel asks for
+    its VMEM_TILES float32 blocks and 1 MiB, and for less than 3/4 of the core's VMEM on every chip
+    (where a 3/4 request had compiled steps move more bytes)."""
+    tile, limit = generation_budget(generation)
+    assert limit == VMEM_TILES * tile + (1 << 20)
+    assert limit < chip_info(generation).vmem_capacity_bytes * 3 // 4
+    for blocks in (row_blocks(64, 12288, 2, generation), lane_blocks(4096, 3, 64, generation)):
+        assert blocks.vmem_limit_bytes == limit
 
 
 @pytest.mark.parametrize("generation", (None,) + SUPPORTED_GENERATIONS)
