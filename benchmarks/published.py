@@ -21,6 +21,9 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     approximate_r1/transformer_training.json  the ViT critic trained with each penalty
     attention/jvp_memory.json          a transformer block's JVP memory (recipes.md)
     attention/auto_cpu.json            with attention_tpu.json: what attention's "auto" runs
+    tpu/tpu_compile.json               the toy critics compiled for v5e, v6e and TPU7x
+    tpu/tpu_sharded_compile.json       the conv critic's step sharded over TPU meshes
+    tpu/vmem_request_three_quarters.json  the penalty kernels' steps asking for 3/4 of VMEM
 """
 
 import argparse
@@ -481,6 +484,43 @@ def digits_runs(results):
 # --- attention ----------------------------------------------------------------------------------
 
 
+def toy_tpu(results):
+    """performance.md's table of the toy critics' steps compiled for TPU chips."""
+    from benchmarks.tpu import compile as tpu_compile
+
+    return tpu_compile.table(_json_in(results.dir, "tpu/tpu_compile.json"))
+
+
+def sharded_tpu(results):
+    """performance.md's table of the conv critic's step sharded over TPU meshes."""
+    from benchmarks.tpu import sharded_compile
+
+    return sharded_compile.table(_json_in(results.dir, "tpu/tpu_sharded_compile.json"))
+
+
+def vmem_request(results):
+    """performance.md's table: the penalty kernels' steps with a scoped-VMEM request of 3/4 of
+    the core's VMEM over the same steps with the request their blocks need."""
+    wide = _json_in(results.dir, "tpu/vmem_request_three_quarters.json")["records"]
+    key = lambda r: (r["generation"], r["critic"], r["variant"], r["batch"])
+    need = {
+        key(r): r
+        for source in sorted({r["source"] for r in wide})
+        for r in _json_in(results.dir, source)
+    }
+    rows = [
+        [
+            r["generation"],
+            f"{r['critic']} ({r['batch']})",
+            f"{r['bytes'] / need[key(r)]['bytes']:.3f}x",
+            f"{need[key(r)]['temp'] / 2**20:.1f} → {r['temp'] / 2**20:.1f}",
+        ]
+        for r in wide
+    ]
+    head = ["chip", "critic (batch)", "bytes: 3/4 / need", "temp MiB: need → 3/4"]
+    return markdown_table(head, rows)
+
+
 def attention_tpu(results):
     """performance.md's table of the long-sequence ViT critic steps compiled for TPU chips (the
     R1 steps have their own, ``approximate_r1.tables.long_tpu``)."""
@@ -559,6 +599,9 @@ BLOCKS = {
     "approximate-r1-long-cpu": approximate_r1_tables.long_cpu,
     "approximate-r1-transformer-training": approximate_r1_tables.transformer_training,
     "exact-over-approximate": approximate_r1_tables.exact_over_approximate,
+    "toy-tpu": toy_tpu,
+    "sharded-tpu": sharded_tpu,
+    "vmem-request": vmem_request,
     "attention-tpu": attention_tpu,
     "attention-sequence-tpu": attention_sequence_tpu,
     "attention-jvp-memory": attention_jvp_memory,
@@ -593,6 +636,13 @@ SOURCES = {
         "attention/attention_tpu.json",
         "approximate_r1/long_sequences.json",
         "approximate_r1/transformer_training.json",
+    ),
+    "toy-tpu": ("tpu/tpu_compile.json",),
+    "sharded-tpu": ("tpu/tpu_sharded_compile.json",),
+    "vmem-request": (
+        "tpu/vmem_request_three_quarters.json",
+        "zoo/zoo_tpu.json",
+        "tpu/tpu_compile.json",
     ),
     "attention-tpu": ("attention/attention_tpu.json",),
     "attention-sequence-tpu": ("attention/sequence_tpu.json",),

@@ -113,6 +113,38 @@ def render(records):
     return "\n".join([*lines, *markdown_table(head, rows)]) + "\n"
 
 
+def table(records):
+    """performance.md's table: per generation and critic, fastgp's default and its Pallas step
+    over the naive step (bytes, flops) and the copy ops of all three."""
+    rows = []
+    for naive in (r for r in records if r["variant"] == "naive"):
+        same = {
+            r["variant"]: r
+            for r in records
+            if (r["generation"], r["critic"]) == (naive["generation"], naive["critic"])
+        }
+        default, pallas = same["fastgp"], same["fastgp-pallas"]
+        rows.append(
+            [
+                naive["generation"],
+                f"{naive['critic']} ({naive['batch']}, {naive['dtype']})",
+                ratio(default, naive, "bytes"),
+                ratio(pallas, naive, "bytes"),
+                f"{ratio(default, naive, 'flops')} / {ratio(pallas, naive, 'flops')}",
+                f"{naive['copies']} / {default['copies']} / {pallas['copies']}",
+            ]
+        )
+    head = [
+        "generation",
+        "critic (batch, dtype)",
+        "bytes: fastgp",
+        "bytes: fastgp-pallas",
+        "flops: fastgp / -pallas",
+        "copy ops naive / fastgp / -pallas",
+    ]
+    return markdown_table(head, rows)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     quick = "--quick" in argv
@@ -128,7 +160,7 @@ def main(argv=None):
                     critic=name,
                     variant=variant,
                     batch=spec.batch,
-                    dtype=jax.numpy.dtype(spec.dtype).name,
+                    dtype=jax.numpy.dtype(spec.dtype).name,  # type: ignore[call-overload]
                 )
                 record.update(measure(generation, spec, variant))
                 print(json.dumps(record), flush=True)

@@ -182,6 +182,34 @@ def render(records):
     return "\n".join([*lines, *markdown_table(head, rows)]) + "\n"
 
 
+def table(records):
+    """performance.md's table: per mesh, each variant's per-chip flops and bytes over one chip's
+    at the per-chip batch, and its collectives (naive / fastgp / fastgp-pallas in each cell)."""
+    rows = []
+    for name in dict.fromkeys(r["mesh"] for r in records):
+        by_variant = {r["variant"]: r for r in records if r["mesh"] == name}
+        each = [by_variant[v] for v in VARIANTS]
+        first = each[0]
+        cell = lambda fn, each=each: " / ".join(fn(r) for r in each)
+        shape = "x".join(map(str, MESHES[name][1]))
+        rows.append(
+            [
+                f"{first['topology']} ({shape} over {', '.join(first['axes'])})",
+                first["x_spec"],
+                " / ".join(VARIANTS),
+                cell(lambda r: f"{r['flops'] / r['single_flops']:.4f}x"),
+                cell(lambda r: f"{r['bytes'] / r['single_bytes']:.4f}x"),
+                cell(lambda r: str(r["all-reduce"])),
+                cell(lambda r: str(r["all-gather"])),
+                cell(lambda r: str(r["collective-permute"])),
+                cell(lambda r: "yes" if r["kernel"] else "no"),
+            ]
+        )
+    head = ["mesh", "x sharding", "variant", "flops / 1 chip", "bytes / 1 chip"]
+    head += ["all-reduce", "all-gather", "permute", "kernel"]
+    return markdown_table(head, rows)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     names = ["v5e"] if "--quick" in argv else list(MESHES)

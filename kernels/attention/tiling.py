@@ -16,7 +16,10 @@ second-order passes), so the caller pads Tq and Tk once. Three figures of the ch
   multiple of 128): v4's 16 MiB gives bf16 (256, 512) and f32 (384, 256) at D <= 128.
 
 Then each is fitted to its length: the whole length (rounded up to 128) when it fits in one
-block, else equal blocks of a multiple of 128 (so 600 rows are two blocks of 384, not 512 + 88).
+block, else the multiple of 128 from half the figure to the figure that pads the length least,
+the larger on a tie (600 rows are two blocks of 384, not 512 + 88; 4,096 rows on TPU7x, whose
+figure is 768, are eight blocks of 512, not six of 768 over 4,608). Half of ``block_q``'s figure
+is about the chip's ridge point, so the kernel stays compute-bound where padding would add work.
 A length under 128 is one block of the length rounded up to 16 (the sublane packing of bf16, and
 the smallest tile of Triton's matmuls, so that the GPU kernels can walk the same padded arrays):
 blocks equal to the (padded) array dims satisfy Mosaic's (8, 128) rule.
@@ -80,8 +83,8 @@ def _fit(length: int, target: int, itemsize: int) -> int:
         return round_up(max(length, 1), max(GPU_MULTIPLE, sublane_packing(itemsize)))
     if length <= target:
         return round_up(length, LANES)
-    steps = -(-length // target)
-    return round_up(-(-length // steps), LANES)
+    smallest = max(LANES, round_up(target // 2, LANES))
+    return min(range(smallest, target + 1, LANES), key=lambda b: (round_up(length, b), -b))
 
 
 def blocks(tq: int, tk: int, d: int, dtype_itemsize: int, generation: str | None = None) -> Blocks:

@@ -390,11 +390,22 @@ def test_flash_blocks_are_aligned_and_pad_little(generation, itemsize, length):
             assert block % 128 == 0
             padded = -(-length // block) * block
             assert padded - length < 128 * -(-length // block)  # under 128 rows per block
+    target = flash_blocks(3072 * 1024, 3072 * 1024, 64, itemsize, generation)
+    for block, most in ((blocks.block_q, target.block_q), (blocks.block_k, target.block_k)):
+        assert block <= most and -(-length // block) * block <= -(-length // most) * most
     assert blocks.vmem_limit_bytes > 0
 
 
+def test_flash_blocks_pad_less_than_the_generations_figure_would():
+    """4,096 rows: TPU7x's figure 768 would pad them to 4,608 and v5p's 384 to 4,224; half the
+    figure (about the ridge point) and up, the least padding is none."""
+    assert flash_blocks(4096, 4096, 64, 2, "7x").block_q == 512
+    assert flash_blocks(4096, 4096, 64, 2, "v5p").block_q == 256
+    assert flash_blocks(4608, 4096, 64, 2, "7x").block_q == 768
+
+
 def test_flash_blocks_per_generation():
-    bf16 = {g: flash_blocks(4096, 4096, 64, 2, g) for g in GENERATIONS}
+    bf16 = {g: flash_blocks(3072, 3072, 64, 2, g) for g in GENERATIONS}
     assert {g: (b.block_q, b.block_k) for g, b in bf16.items()} == {
         "v4": (256, 512),
         "v5e": (512, 512),
