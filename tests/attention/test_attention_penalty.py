@@ -2,8 +2,9 @@
 
 The oracle is the naive penalty (nested ``jax.grad``) of the same critic with plain jnp
 attention: value, parameter gradients and a Hessian-vector product in the parameters, for every
-kind and both second orders (compiled as one program, as a training step is), and remat (run
-eagerly). A critic holding an op without forward mode gets an error that names the ways out.
+kind and both second orders (compiled as one program, as a training step is), remat (run
+eagerly), and an ensemble of critics under ``vmap`` whose blocks run under ``lax.scan``. A
+critic holding an op without forward mode gets an error that names the ways out.
 """
 
 import functools
@@ -115,6 +116,42 @@ def test_penalty_through_attention_equals_naive(kind, second_order, backend):
     )
     for name, g, w in zip(("value", "grads", "hvp"), got, want, strict=True):
         assert rel_err(g, w) < 1e-5, name
+
+
+def scanned_critic(attention, params, x):
+    """Two pre-LN blocks run by ``lax.scan`` over their stacked weights (as deep critics are)."""
+    h = x @ params["embed"]
+
+    def block(h, w):
+        qkv = (layer_norm(h) @ w["qkv"]).reshape(*h.shape[:2], 3, HEADS, HEAD_DIM)
+        a = attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
+        h = h + a.reshape(*h.shape[:2], -1) @ w["out"]
+        return h + jax.nn.gelu(layer_norm(h) @ w["mlp"]), None
+
+    h, _ = jax.lax.scan(block, h, params["blocks"])
+    return jnp.mean(h, axis=1) @ params["head"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["xla", "interpret"])
+def test_an_ensemble_of_scanned_critics_under_vmap_equals_naive(backend):
+    """Two critics (vmap over their parameters), each scanning two causal blocks: the penalty and
+    its parameter gradients equal the naive penalty's, critic by critic."""
+    params, x, _ = data()
+    blocks = {k: jnp.stack([params[k], 0.8 * params[k]]) for k in ("qkv", "out", "mlp")}
+    one = {"embed": params["embed"], "head": params["head"], "blocks": blocks}
+    ensemble = jax.tree.map(lambda a: jnp.stack([a, jnp.flip(a, -1)]), one)
+
+    def loss(attention, penalty):
+        return lambda p: penalty(lambda y: scanned_critic(attention, p, y), x)
+
+    got = jax.jit(jax.vmap(jax.value_and_grad(loss(ours(backend, True), fastgp.gradient_penalty))))
+    values, grads = got(ensemble)
+    for i in range(2):
+        member = jax.tree.map(lambda a, i=i: a[i], ensemble)
+        want = jax.value_and_grad(loss(naive(True), fastgp.naive_gradient_penalty))(member)
+        assert rel_err(values[i], want[0]) < 1e-5
+        assert rel_err(jax.tree.map(lambda a, i=i: a[i], grads), want[1]) < 1e-5
 
 
 @pytest.mark.slow  # a third-order program through remat and attention
