@@ -21,8 +21,9 @@ kernels declare no cost estimate, so XLA counts no flops for them, and only fast
 both penalties' flops and bytes by one count. Flops and bytes of a Pallas call are its own
 ``pl.CostEstimate``; peak memory and capacity are measured by the compiler.
 
-Results go to ``results/attention/attention_tpu.{json,md}``; compiled records are reused (delete
-to redo).
+Results go to ``results/attention/attention_tpu.{json,md}``; compiled records are reused.
+``--recompile VARIANT[,VARIANT]`` forgets those variants' records first (every generation, length
+and batch) and compiles the same keys again, as after a kernel change.
 """
 
 import argparse
@@ -91,6 +92,16 @@ def _save(records):
     mine = {_key(r) for r in records}
     records[:0] = [r for r in _records() if _key(r) not in mine]
     RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+
+
+def forget(records, variants):
+    """Remove the records of ``variants`` from ``records`` and from the file (``_save`` merges the
+    file's records back in, so they must go from both); returns the removed ones."""
+    removed = [r for r in records if r["variant"] in variants]
+    records[:] = [r for r in records if r["variant"] not in variants]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+    return removed
 
 
 def compile_record(records, generation, tokens, variant, batch):
@@ -223,8 +234,11 @@ def main(argv=None):
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--capacity", default="", help="a generation to search capacity on")
     parser.add_argument("--max-batch", type=int, default=1024)
+    parser.add_argument("--recompile", default="", help="variants whose records to compile again")
     args = parser.parse_args(argv)
     records = _records()
+    for r in forget(records, set(filter(None, args.recompile.split(",")))):
+        compile_record(records, r["generation"], r["tokens"], r["variant"], r["batch"])
     tokens = [int(t) for t in args.tokens.split(",")]
     variants = args.variants.split(",")
     for gen in args.generations.split(","):

@@ -123,3 +123,19 @@ def test_second_order_table_marks_loop_figures_as_bounds_and_divides_by_the_plai
     assert "? → 0" in at_8 and ">= 0.25 → 0.375" in at_8 and ">= 5 → 4" in at_8
     assert "4.00 → 3.00 (0.75x)" in at_8 and "3.00x, 2.00x" in at_8
     assert "6 → 0" in at_64 and ">= 0.25 → 0.375" in at_64 and at_64.endswith("| n/a |")
+
+
+def test_forgetting_a_variant_removes_its_records_from_the_list_and_the_file(tmp_path, monkeypatch):
+    """``_save`` merges the records on file back in, so a forgotten record must leave the file
+    too, or the next save would bring it back."""
+    from benchmarks.attention import tpu
+
+    monkeypatch.setattr(tpu, "RESULTS", tmp_path)
+    monkeypatch.setattr(tpu, "RECORDS", tmp_path / "attention_tpu.json")
+    records = [record("flash/plain", 8, 1, 1, 1), record("flash/fastgp", 8, 2, 2, 2)]
+    tpu._save(list(records))
+    removed = tpu.forget(records, {"flash/fastgp"})
+    assert [r["variant"] for r in removed] == ["flash/fastgp"]
+    assert [r["variant"] for r in records] == ["flash/plain"]
+    tpu._save(records)
+    assert [r["variant"] for r in tpu._records()] == ["flash/plain"]
