@@ -9,8 +9,8 @@ Two limits set the block size: large enough that the fixed cost of a grid step (
 is under ~10 % of the step's DMA time (``bytes >= bandwidth * 3.5 us``), and small enough that
 the input (double-buffered) and its float32 temporaries, ``VMEM_TILES`` float32 blocks, fit in
 3/4 of VMEM. The kernel asks for that much scoped VMEM (and 1 MiB), not for 3/4 of the core's:
-XLA plans the rest of the step around the largest request, and a larger one left it fewer of the
-step's own buffers in VMEM (docs/performance.md, "The toy critics compiled for TPU").
+with the larger request, XLA's compiled steps moved more bytes (docs/performance.md, "The toy
+critics compiled for TPU").
 When one block holds the whole batch, the reduction is split into two halves that the two
 TensorCores of a megacore chip (v4, v5p) sum in parallel.
 

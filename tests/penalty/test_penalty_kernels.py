@@ -232,9 +232,8 @@ def test_row_blocks_obey_tpu_layout_rules(generation, batch, features, itemsize)
 
 @pytest.mark.parametrize("generation", SUPPORTED_GENERATIONS)
 def test_the_kernels_ask_for_the_scoped_vmem_their_blocks_need_not_the_cores(generation):
-    """XLA plans the rest of a step around the largest scoped-VMEM request, so the kernel asks for
-    its VMEM_TILES float32 blocks and 1 MiB, and for less than 3/4 of the core's VMEM on every chip
-    (where a 3/4 request had compiled steps move more bytes)."""
+    """The kernel asks for its VMEM_TILES float32 blocks and 1 MiB of scoped VMEM, less than 3/4
+    of the core's VMEM on every chip (a 3/4 request had compiled steps move more bytes)."""
     tile, limit = generation_budget(generation)
     assert limit == VMEM_TILES * tile + (1 << 20)
     assert limit < chip_info(generation).vmem_capacity_bytes * 3 // 4
