@@ -86,12 +86,16 @@ def _key(record):
     return tuple(record[k] for k in ("generation", "tokens", "variant", "batch"))
 
 
+def _write(records):
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+
+
 def _save(records):
     """Write ``records``, keeping (and adding to ``records``) those another run wrote meanwhile."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
     mine = {_key(r) for r in records}
     records[:0] = [r for r in _records() if _key(r) not in mine]
-    RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+    _write(records)
 
 
 def forget(records, variants):
@@ -99,8 +103,7 @@ def forget(records, variants):
     file's records back in, so they must go from both); returns the removed ones."""
     removed = [r for r in records if r["variant"] in variants]
     records[:] = [r for r in records if r["variant"] not in variants]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+    _write(records)
     return removed
 
 

@@ -37,13 +37,17 @@ def layer_norm(h):
     return (h - mean) * jax.lax.rsqrt(jnp.var(h, -1, keepdims=True) + 1e-5)
 
 
-def critic(attention, params, x):
-    """A pre-LN transformer block on (B, TOKENS, PATCH) inputs -> (B,) scores."""
-    h = x @ params["embed"]
-    qkv = (layer_norm(h) @ params["qkv"]).reshape(*h.shape[:2], 3, HEADS, HEAD_DIM)
+def block(attention, weights, h):
+    """A pre-LN transformer block (its "qkv", "out" and "mlp" weights) on (B, TOKENS, WIDTH)."""
+    qkv = (layer_norm(h) @ weights["qkv"]).reshape(*h.shape[:2], 3, HEADS, HEAD_DIM)
     a = attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
-    h = h + a.reshape(*h.shape[:2], -1) @ params["out"]
-    h = h + jax.nn.gelu(layer_norm(h) @ params["mlp"])
+    h = h + a.reshape(*h.shape[:2], -1) @ weights["out"]
+    return h + jax.nn.gelu(layer_norm(h) @ weights["mlp"])
+
+
+def critic(attention, params, x):
+    """One block on (B, TOKENS, PATCH) inputs -> (B,) scores."""
+    h = block(attention, params, x @ params["embed"])
     return jnp.mean(h, axis=1) @ params["head"]
 
 
@@ -119,16 +123,9 @@ def test_penalty_through_attention_equals_naive(kind, second_order, backend):
 
 
 def scanned_critic(attention, params, x):
-    """Two pre-LN blocks run by ``lax.scan`` over their stacked weights (as deep critics are)."""
-    h = x @ params["embed"]
-
-    def block(h, w):
-        qkv = (layer_norm(h) @ w["qkv"]).reshape(*h.shape[:2], 3, HEADS, HEAD_DIM)
-        a = attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
-        h = h + a.reshape(*h.shape[:2], -1) @ w["out"]
-        return h + jax.nn.gelu(layer_norm(h) @ w["mlp"]), None
-
-    h, _ = jax.lax.scan(block, h, params["blocks"])
+    """Blocks run by ``lax.scan`` over their stacked weights (as deep critics are)."""
+    step = lambda h, weights: (block(attention, weights, h), None)
+    h, _ = jax.lax.scan(step, x @ params["embed"], params["blocks"])
     return jnp.mean(h, axis=1) @ params["head"]
 
 
