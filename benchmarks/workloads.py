@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 from jax.sharding import PartitionSpec as P
+from jax.typing import DTypeLike
 
 from fastgp import approximate_r1, penalty
 from fastgp._penalty import reference
@@ -173,7 +174,7 @@ class CriticSpec(NamedTuple):
     model: Model
     batch: int
     shape: tuple  # per-sample input shape
-    dtype: object = jnp.float32  # inputs and computation; parameters stay float32
+    dtype: DTypeLike = jnp.float32  # inputs and computation; parameters stay float32
     kind: str = "wgan-gp"  # the penalty: "wgan-gp"/"wgan-lp" at interpolates, "r1" at the reals
 
 

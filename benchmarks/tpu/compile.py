@@ -160,7 +160,7 @@ def main(argv=None):
                     critic=name,
                     variant=variant,
                     batch=spec.batch,
-                    dtype=jax.numpy.dtype(spec.dtype).name,  # type: ignore[call-overload]
+                    dtype=jax.numpy.dtype(spec.dtype).name,
                 )
                 record.update(measure(generation, spec, variant))
                 print(json.dumps(record), flush=True)
