@@ -19,12 +19,15 @@ import jax
 
 def provenance() -> dict[str, str]:
     """The machine (architecture, cores, Python, JAX) and the checkout's short commit."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=pathlib.Path(__file__).parent,
-    ).stdout.strip()
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=pathlib.Path(__file__).parent,
+        ).stdout.strip()
+    except OSError:  # no git on the machine
+        commit = ""
     machine = (
         f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
         f"{platform.python_version()}, JAX {jax.__version__}"

@@ -2,21 +2,61 @@
 # On a machine with an NVIDIA GPU and JAX with CUDA already installed (no network needed):
 # the GPU kernels' correctness on the device (the penalty's and attention's), the penalty kernel's
 # bandwidth against a device-to-device copy and the XLA path, then the long ViT critic's penalty
-# steps through each attention (time, peak memory, largest batch; stops at its 300 s budget).
-# Under 8 minutes on one H200. Results land in ${OUT:-benchmarks/results/gpu}.
-# fastgp is installed into a temporary directory and imported from there: python -P keeps the
-# source tree's fastgp/ (which lacks fastgp.kernels) off the path, and pytest's pythonpath is
+# steps through each attention (time, peak memory, largest batch). Under 8 minutes on one H200:
+# every stage has its own time limit, and a stage that fails or runs out of time does not stop
+# the next. Results and each stage's log land in ${OUT:-benchmarks/results/gpu}; the exit status
+# is 1 when any stage failed.
+#
+#   benchmarks/gpu/check.sh            # on the GPU machine
+#   benchmarks/gpu/check.sh --smoke    # here, on CPU: the script itself, not the figures
+#
+# fastgp is imported as installed, with kernels/ as fastgp.kernels (pyproject's package-dir),
+# through a tree of links in a temporary directory, so no build backend is needed. python -P keeps
+# the source tree's fastgp/ (which lacks fastgp.kernels) off the path, and pytest's pythonpath is
 # emptied for the same reason; benchmarks/ is found through PYTHONPATH after it.
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-benchmarks/results/gpu}"
+python="${PYTHON:-python3}"
+smoke=()
+if [[ "${1:-}" == "--smoke" ]]; then
+    smoke=(--smoke)
+fi
+# tests/conftest.py makes CPU the default platform unless one is named.
+export JAX_PLATFORMS="${JAX_PLATFORMS:-$([[ ${#smoke[@]} -gt 0 ]] && echo cpu || echo cuda)}"
 mkdir -p "$out"
 site="$(mktemp -d)"
-python3 -m pip install --quiet --no-deps --no-build-isolation --target "$site" .
-export PYTHONPATH="$site"
-python3 -P -c "import jax; print(jax.__version__, jax.devices())"
-python3 -P -m pytest -q -p no:cacheprovider -o addopts="" -o pythonpath="" --rootdir=. \
-    tests/penalty/test_gpu_device.py tests/penalty/test_gpu_kernels.py \
-    tests/attention/test_attention_gpu_device.py 2>&1 | tee "$out/gpu_tests.log"
-PYTHONPATH="$site:$PWD" python3 -P -m benchmarks.gpu.bandwidth --out "$out/gpu_bandwidth.md"
-PYTHONPATH="$site:$PWD" python3 -P -m benchmarks.gpu.attention --out "$out/attention_gpu"
+mkdir "$site/fastgp"
+ln -s "$PWD"/fastgp/* "$site/fastgp/"
+ln -s "$PWD/kernels" "$site/fastgp/kernels"
+export PYTHONPATH="$site:$PWD"
+export PYTHONUNBUFFERED=1
+
+failed=()
+# stage NAME SECONDS COMMAND...: runs COMMAND under a time limit, its output to NAME.log too.
+stage() {
+    local name=$1 limit=$2 start=$SECONDS rc
+    shift 2
+    echo "== $name (limit ${limit} s)"
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$out/$name.log"
+    rc=${PIPESTATUS[0]}
+    echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$out/$name.log"
+    [[ $rc == 0 ]] || failed+=("$name")
+}
+
+stage gpu_devices 60 "$python" -P -c \
+    "import jax; print('JAX', jax.__version__, jax.devices()); print(jax.devices()[0].memory_stats())"
+stage gpu_tests 150 "$python" -P -m pytest -q -p no:cacheprovider -o addopts="-ra" \
+    -o pythonpath="" --rootdir=. \
+    tests/penalty/test_gpu_device.py tests/attention/test_attention_gpu_device.py
+if [[ ${#smoke[@]} -eq 0 ]]; then
+    stage gpu_bandwidth 60 "$python" -P -m benchmarks.gpu.bandwidth --out "$out/gpu_bandwidth.md"
+fi
+stage attention_gpu_run 300 "$python" -P -m benchmarks.gpu.attention "${smoke[@]}" \
+    --budget-s 240 --out "$out/attention_gpu"
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "failed: ${failed[*]}"
+    exit 1
+fi
+echo "every stage passed"
