@@ -20,7 +20,9 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     approximate_r1/long_sequences.json the long ViT's R1 steps on CPU (with attention_tpu.json's)
     approximate_r1/transformer_training.json  the ViT critic trained with each penalty
     attention/jvp_memory.json          a transformer block's JVP memory (recipes.md)
-    attention/auto_cpu.json            with attention_tpu.json: what attention's "auto" runs
+    attention/auto_cpu.json            with attention_tpu.json, gpu/: what attention's "auto" runs
+    gpu/attention_gpu*.json            the long ViT's steps through each attention on an H200
+    gpu/gpu_bandwidth.md               the penalty's Triton kernel against XLA on an H200
     tpu/tpu_compile.json               the toy critics compiled for v5e, v6e and TPU7x
     tpu/tpu_sharded_compile.json       the conv critic's step sharded over TPU meshes
     tpu/vmem_request_three_quarters.json  the penalty kernels' steps asking for 3/4 of VMEM
@@ -582,12 +584,37 @@ def attention_second_order(results):
     return second_order.table(now, before)
 
 
+GPU_ATTENTION = ("gpu/attention_gpu.json", "gpu/attention_gpu_long.json")
+
+
+def _gpu_attention(results):
+    """The GPU script's attention runs as one result (``benchmarks.gpu.attention.merged``)."""
+    from benchmarks.gpu import attention as gpu_attention
+
+    return gpu_attention.merged([_json_in(results.dir, name) for name in GPU_ATTENTION])
+
+
 def attention_auto(results):
     """performance.md's table of the figures behind attention's backend="auto"."""
     from benchmarks.attention import auto
 
     records = _json_in(results.dir, "attention/attention_tpu.json")
-    return auto.table(records, _json_in(results.dir, "attention/auto_cpu.json"))
+    cpu = _json_in(results.dir, "attention/auto_cpu.json")
+    return auto.table(records, cpu, _gpu_attention(results))
+
+
+def gpu_bandwidth(results):
+    """performance.md's table of the penalty's Triton kernel against XLA and a copy on a GPU
+    (``benchmarks.gpu.bandwidth`` writes it as markdown: its table lines)."""
+    text = (pathlib.Path(results.dir) / "gpu/gpu_bandwidth.md").read_text()
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def attention_gpu(results):
+    """performance.md's table of the long ViT's steps through each attention on a GPU."""
+    from benchmarks.gpu import attention as gpu_attention
+
+    return gpu_attention.table_lines(_gpu_attention(results))
 
 
 BLOCKS = {
@@ -606,6 +633,8 @@ BLOCKS = {
     "attention-sequence-tpu": attention_sequence_tpu,
     "attention-jvp-memory": attention_jvp_memory,
     "attention-auto": attention_auto,
+    "attention-gpu": attention_gpu,
+    "gpu-bandwidth": gpu_bandwidth,
     "attention-second-order": attention_second_order,
     "zoo-headline": zoo_headline,
     "zoo-summary": zoo_summary,
@@ -647,7 +676,9 @@ SOURCES = {
     "attention-tpu": ("attention/attention_tpu.json",),
     "attention-sequence-tpu": ("attention/sequence_tpu.json",),
     "attention-jvp-memory": ("attention/jvp_memory.json",),
-    "attention-auto": ("attention/attention_tpu.json", "attention/auto_cpu.json"),
+    "attention-auto": ("attention/attention_tpu.json", "attention/auto_cpu.json", *GPU_ATTENTION),
+    "attention-gpu": GPU_ATTENTION,
+    "gpu-bandwidth": ("gpu/gpu_bandwidth.md",),
     "attention-second-order": (
         "attention/attention_tpu.json",
         "attention/attention_tpu_before.json",

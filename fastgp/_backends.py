@@ -2,11 +2,12 @@
 
     resolve(op, backend)   -> the concrete backend a call runs ("auto" resolved; ValueError for
                               a name the op does not know)
+    platform()             -> "cpu", "tpu", "cuda" or "rocm": what "auto" is chosen for
     interpret_mode(name)   -> the ``interpret=`` argument of a Pallas kernel call
     generation(name)       -> the TPU generation a kernel backend tiles for (None: unknown)
 
 ``"auto"`` is :data:`AUTO`'s choice for the op on the platform being traced for
-(``jax.default_backend()``), XLA where it names none; the figures behind each choice are in
+(:func:`platform`), XLA where it names none; the figures behind each choice are in
 docs/performance.md ("What auto runs"). Inside :func:`attention_backend` it means another backend
 for attention only (how ``fastgp.autotune`` tries attention backends in a critic it does not own).
 
@@ -25,6 +26,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any, Literal, TypeAlias, TypeVar, cast, get_args
 
 import jax
+import jax.extend
 from jax.experimental.pallas import tpu as pltpu
 
 from fastgp._typing import Backend
@@ -38,10 +40,15 @@ OP_BACKENDS: dict[Op, tuple[Backend, ...]] = {"penalty": BACKENDS, "attention": 
 _CALLER: dict[Op, str] = {"penalty": "fastgp", "attention": "fastgp.attention"}
 _NOT_IN_SHARD_MAP: tuple[Backend, ...] = ("interpret", "gpu-interpret")
 
-# Per op, the platforms where "auto" is not XLA (figures: docs/performance.md). The penalty's
-# kernels do not beat XLA's fused reduction in the zoo's compiled steps. Attention's Mosaic kernels
-# keep each score tile in VMEM where XLA's loops write every tile to HBM.
-AUTO: dict[Op, dict[str, Backend]] = {"penalty": {}, "attention": {"tpu": "pallas"}}
+# Per op, the platforms (as :func:`platform` names them) where "auto" is not XLA (figures:
+# docs/performance.md, "What auto runs"). The penalty's kernels do not beat XLA's fused reduction
+# in the zoo's compiled steps, nor its bandwidth on a GPU at large rows. Attention's Mosaic kernels
+# keep each score tile in VMEM where XLA's loops write every tile to HBM; its Triton kernels were
+# checked and timed on an NVIDIA GPU, and not on an AMD one.
+AUTO: dict[Op, dict[str, Backend]] = {
+    "penalty": {},
+    "attention": {"tpu": "pallas", "cuda": "pallas"},
+}
 
 _attention_auto: contextvars.ContextVar[Backend | None] = contextvars.ContextVar(
     "fastgp_attention_auto", default=None
@@ -68,8 +75,18 @@ def resolve(op: Op, backend: str, kernels_run_here: Callable[[], bool] = lambda:
     chosen = _attention_auto.get() if op == "attention" else None
     if chosen is not None:
         return chosen
-    platform_choice = AUTO[op].get(jax.default_backend(), "xla")
+    platform_choice = AUTO[op].get(platform(), "xla")
     return platform_choice if platform_choice == "xla" or kernels_run_here() else "xla"
+
+
+def platform() -> str:
+    """The platform being traced for: ``jax.default_backend()``, with a GPU named by its vendor's
+    stack ("cuda" or "rocm"), as ``lax.platform_dependent`` names them."""
+    name = jax.default_backend()
+    if name != "gpu":
+        return name
+    version = jax.extend.backend.get_backend().platform_version.lower()
+    return "rocm" if "rocm" in version else "cuda"
 
 
 @contextlib.contextmanager

@@ -8,9 +8,9 @@ blockwise XLA loops (``flash-xla/fastgp``), compiled for one chip by ``benchmark
 (``attention_tpu.json``): peak memory and bytes. XLA's cost analysis counts a while loop's body
 once, so the XLA rows' bytes and flops are lower bounds; the peak is the compiler's allocation.
 CPU: the same step on ``zoo.critics.vit32`` (64 tokens, float32, batch 8) timed interleaved with
-XLA and with the kernels in Pallas interpret mode, the only way they run on a CPU. GPU: the
-Triton kernels have not been timed on a GPU (``benchmarks/gpu/check.sh`` does it where one is
-lent), so "auto" stays XLA there.
+XLA and with the kernels in Pallas interpret mode, the only way they run on a CPU. GPU: the same
+step on the device with the Triton kernels and with the XLA loops, timed interleaved by
+``benchmarks.gpu.attention`` (``benchmarks/gpu/check.sh``; ``benchmarks/results/gpu/``).
 """
 
 import argparse
@@ -47,8 +47,31 @@ def cpu_times(rounds: int) -> dict:
     return {backend: float(np.median(samples[backend])) for backend in CPU_BACKENDS}
 
 
-def table(records: list[dict], cpu: dict) -> list[str]:
-    """docs/performance.md's table: per platform, what each backend costs and what auto runs."""
+def gpu_rows(gpu: dict) -> list[list[str]]:
+    """The table's rows of ``benchmarks.gpu.attention``'s result: the long ViT's WGAN-GP step
+    timed on the device with the Triton kernels and with the XLA loops, where both ran."""
+    steps = {(r["tokens"], r["variant"]): r for r in gpu["rows"] if "step_ms" in r}
+    rows = []
+    for tokens, _ in sorted(k for k in steps if k[1] == "fastgp-xla/wgan-gp"):
+        kernels = steps.get((tokens, "fastgp/wgan-gp"))
+        loops = steps[tokens, "fastgp-xla/wgan-gp"]
+        if kernels is None:
+            continue
+        rows.append(
+            [
+                f"{gpu['device']}, T = {tokens:,} (batch {loops['batch']})",
+                f"{kernels['step_ms']:,.1f} ms, {kernels['peak'] / 2**30:.2f} GiB",
+                f"{loops['step_ms']:,.1f} ms, {loops['peak'] / 2**30:.2f} GiB",
+                f"{kernels['step_ms'] / loops['step_ms']:.2f}x (time)",
+                AUTO["attention"].get("cuda", "xla"),
+            ]
+        )
+    return rows
+
+
+def table(records: list[dict], cpu: dict, gpu: dict) -> list[str]:
+    """docs/performance.md's table: per platform, what each backend costs and what auto runs;
+    ``gpu`` is ``benchmarks.gpu.attention``'s (merged) result."""
     rows = []
     fitted = {
         (r["generation"], r["tokens"], r["variant"]): r
@@ -69,6 +92,7 @@ def table(records: list[dict], cpu: dict) -> list[str]:
                 AUTO["attention"].get("tpu", "xla"),
             ]
         )
+    rows += gpu_rows(gpu)
     rows.append(
         [
             "CPU, vit32 (64 tokens, batch 8)",

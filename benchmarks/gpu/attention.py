@@ -149,7 +149,23 @@ def _time_cell(row: dict) -> str:
     return "not measured" if row["fits"] is None else "x"
 
 
-def table(result: dict) -> str:
+def merged(results: list[dict]) -> dict:
+    """One result of several runs on one device: each token count's rows and capacities from the
+    last run that holds that count, so that every ratio in a table stays within one run."""
+    last = {row["tokens"]: result for result in results for row in result["rows"]}
+    rows = [row for t in sorted(last) for row in last[t]["rows"] if row["tokens"] == t]
+    capacity = {
+        key: found
+        for t, result in last.items()
+        for key, found in result["capacity"].items()
+        if int(key.split()[0]) == t
+    }
+    runs = [{k: r[k] for k in ("argv", "machine", "commit")} for r in results]
+    return dict(device=results[-1]["device"], runs=runs, rows=rows, capacity=capacity)
+
+
+def table_lines(result: dict) -> list[str]:
+    """The markdown table of a result: a row per token count and step."""
     head = [
         "tokens",
         "step",
@@ -178,11 +194,15 @@ def table(result: dict) -> str:
                 "not measured" if capacity is None else capacity,
             ]
         )
+    return markdown_table(head, body)
+
+
+def table(result: dict) -> str:
     intro = (
         f"# The long ViT critic's penalty steps through attention on {result['device']}\n\n"
         "Written by `python -m benchmarks.gpu.attention`. x: does not fit or does not compile.\n\n"
     )
-    return intro + "\n".join(markdown_table(head, body)) + "\n"
+    return intro + "\n".join(table_lines(result)) + "\n"
 
 
 def main(argv=None):

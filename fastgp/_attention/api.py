@@ -130,8 +130,9 @@ def attention(
 
     q, k, v: (B, Tq, H, D), (B, Tk, H, D), (B, Tk, H, Dv) floats; ``scale`` 1/sqrt(D) by default;
     ``mask``: (B, Tk) or (B, 1, 1, Tk) bool key padding, True to attend; ``is_causal``: query i
-    sees keys j <= i; ``backend``: "auto" (the Mosaic kernels when traced for a TPU where
-    they run per device, else XLA; or what ``fastgp.attention_backend`` sets), "pallas" (Mosaic
+    sees keys j <= i; ``backend``: "auto" (the kernels when traced for a TPU, or an NVIDIA
+    GPU with head dims up to 128, where they run per device, else XLA; or what
+    ``fastgp.attention_backend`` sets), "pallas" (Mosaic
     kernels on TPU, Triton kernels on GPU), "interpret", "tpu-interpret" or "gpu-interpret" (the
     kernels on CPU), "xla" (blockwise loops); ``sample_axis_name``: inside shard_map, the mesh
     axes the tokens are split over (under explicit axes the arrays' types say so). The rest are
@@ -154,9 +155,7 @@ def attention(
     batch, _, _, d = q.shape
     options = sequence.Options(
         scale=float(d**-0.5 if scale is None else scale),
-        backend=backends.resolve(
-            "attention", backend, lambda: sharding.kernels_run_per_device(q, k, v)
-        ),
+        backend=backends.resolve("attention", backend, lambda: _auto_takes_kernels(q, k, v)),
     )
     key_mask = None if mask is None else key_mask_of(mask, batch, k.shape[1])
     axes = collective_axes(sample_axis_name)
@@ -168,6 +167,19 @@ def attention(
     if key_mask is None:
         key_mask = jnp.ones((batch, k.shape[1]), bool)
     return attend(q, k, v, key_mask, causal=causal, **options)
+
+
+# The largest head dim (D and Dv) the Triton kernels were checked with on a GPU.
+GPU_VERIFIED_HEAD_DIM = 128
+
+
+def _auto_takes_kernels(q: jax.Array, k: jax.Array, v: jax.Array) -> bool:
+    """Whether ``backend="auto"``, where it chooses the kernels, may run them on these operands:
+    each device holds whole samples and heads, and on a GPU the head dims are ones the Triton
+    kernels were checked with there (larger ones run XLA's loops)."""
+    if backends.platform() == "cuda" and max(q.shape[-1], v.shape[-1]) > GPU_VERIFIED_HEAD_DIM:
+        return False
+    return sharding.kernels_run_per_device(q, k, v)
 
 
 __all__ = ["attention", "key_mask_of"]

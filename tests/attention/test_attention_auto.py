@@ -1,10 +1,13 @@
-"""What ``backend="auto"`` runs for attention: the Mosaic kernels when traced for a TPU where they
-run per device, XLA elsewhere; the penalty's "auto" stays XLA. The kernels' exactness against the
-oracle is ``test_attention_backends.py``'s (interpret modes); here, the choice."""
+"""What ``backend="auto"`` runs for attention: the kernels when traced for a TPU or an NVIDIA GPU
+where they run per device, XLA elsewhere; the penalty's "auto" stays XLA. The kernels' exactness
+against the oracle is ``test_attention_backends.py``'s (interpret modes); here, the choice."""
 
 import functools
+import re
+import types
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import pytest
 from jax.sharding import AxisType, NamedSharding
@@ -32,11 +35,47 @@ def test_auto_per_op_and_platform(on_tpu):
         assert backends.resolve("attention", "auto") == "pallas"
 
 
-@pytest.mark.parametrize("platform", ["cpu", "gpu"])
-def test_auto_is_xla_off_tpu(monkeypatch, platform):
-    monkeypatch.setattr(jax, "default_backend", lambda: platform)
-    assert backends.resolve("attention", "auto") == "xla"
+@pytest.mark.parametrize(
+    "platform, chosen", [("tpu", "pallas"), ("cuda", "pallas"), ("rocm", "xla"), ("cpu", "xla")]
+)
+def test_attention_auto_runs_the_kernels_where_they_were_measured_faster(
+    monkeypatch, platform, chosen
+):
+    monkeypatch.setattr(backends, "platform", lambda: platform)
+    assert backends.resolve("attention", "auto") == chosen
     assert backends.resolve("penalty", "auto") == "xla"
+
+
+@pytest.mark.parametrize("version, name", [("cuda 13000", "cuda"), ("rocm 7.0.2", "rocm")])
+def test_a_gpu_is_named_by_its_vendors_stack(monkeypatch, version, name):
+    """JAX names both vendors' GPUs "gpu"; the kernels were checked on an NVIDIA one only."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    client = types.SimpleNamespace(platform_version=version)
+    monkeypatch.setattr(jax.extend.backend, "get_backend", lambda *a: client)
+    assert backends.platform() == name
+
+
+def traced_backend(q, v) -> str:
+    """The backend ``attention(backend="auto")`` traces on these operands' shapes."""
+    text = str(jax.make_jaxpr(lambda q, v: fastgp.attention(q, q, v))(q, v))
+    found = re.search(r"fastgp_attention_forward\[\s*config=Config\(.*backend='([a-z-]+)'", text)
+    assert found, text
+    return found[1]
+
+
+@pytest.mark.parametrize(
+    "head_dims, chosen", [((64, 64), "pallas"), ((128, 128), "pallas"), ((64, 256), "xla")]
+)
+def test_on_a_gpu_auto_keeps_head_dims_the_kernels_were_not_checked_with_on_xla(
+    monkeypatch, head_dims, chosen
+):
+    monkeypatch.setattr(backends, "platform", lambda: "cuda")
+    monkeypatch.setattr(jax, "device_count", lambda: 1)
+    d, dv = head_dims
+    q, v = jnp.ones((1, 16, 1, d)), jnp.ones((1, 16, 1, dv))
+    assert traced_backend(q, v) == chosen
+    monkeypatch.setattr(backends, "platform", lambda: "tpu")
+    assert traced_backend(q, v) == "pallas"  # a TPU has no such limit
 
 
 def operands(shape=(8, 16, 2, 4)):

@@ -26,3 +26,32 @@ def test_a_spent_budget_leaves_the_rest_unmeasured(tmp_path):
     assert all(r["fits"] is None for r in result["rows"])
     assert all(batch is None for batch in result["capacity"].values())
     assert "not measured" in (tmp_path / "a.md").read_text()
+
+
+def _run(commit: str, rows: dict[int, list[str]], capacity: dict[str, int]) -> dict:
+    return dict(
+        argv=[commit],
+        machine="m",
+        commit=commit,
+        device="GPU",
+        rows=[dict(tokens=t, variant=v, commit=commit) for t, vs in rows.items() for v in vs],
+        capacity=capacity,
+    )
+
+
+def test_merged_runs_keep_each_token_counts_rows_from_the_last_run_that_holds_it():
+    """A run cut short at 4,096 tokens and a later run of 4,096 and 16,384: every row and capacity
+    of one token count comes from one run, so a table's ratios never mix runs."""
+    first = _run("a", {1024: ["x", "y"], 4096: ["x"]}, {"1024 x": 8, "4096 x": 4})
+    second = _run("b", {4096: ["x", "y"], 16384: ["x", "y"]}, {"16384 x": 2})
+    merged = study.merged([first, second])
+    assert [(r["tokens"], r["variant"], r["commit"]) for r in merged["rows"]] == [
+        (1024, "x", "a"),
+        (1024, "y", "a"),
+        (4096, "x", "b"),
+        (4096, "y", "b"),
+        (16384, "x", "b"),
+        (16384, "y", "b"),
+    ]
+    assert merged["capacity"] == {"1024 x": 8, "16384 x": 2}  # not the first run's 4,096
+    assert [run["commit"] for run in merged["runs"]] == ["a", "b"]
