@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
 from test_attention import RTOL, derivatives, pair, rel_err
 from test_attention_kernels import (
     CASES,
@@ -32,6 +34,7 @@ from test_attention_kernels import (
 )
 
 import fastgp
+from fastgp import _backends as backends
 from fastgp.kernels.attention import gpu
 
 TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
@@ -193,3 +196,27 @@ def test_head_dims_that_are_not_powers_of_two_are_padded_for_the_kernels():
     got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
     for name in want:
         assert rel_err(got[name], want[name]) < RTOL, name
+
+
+def test_auto_on_a_gpu_runs_the_kernels_per_shard_with_the_tokens_split(monkeypatch):
+    """Traced for CUDA, ``backend="auto"`` inside shard_map with the tokens split over "seq":
+    the reverse-over-forward derivative a penalty takes is Triton calls per shard beside the
+    key/value gathers, with no XLA loop over score tiles."""
+    monkeypatch.setattr(backends, "platform", lambda: "cuda")
+    mesh = jax.make_mesh(
+        (2, 2), ("data", "seq"), devices=jax.devices()[:4], axis_types=(AxisType.Auto,) * 2
+    )
+    spec = P("data", "seq")
+
+    def local(q, k, v):
+        return fastgp.attention(q, k, v, is_causal=True, sample_axis_name="seq")
+
+    fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
+    loss = lambda *a: jnp.sum(jnp.sin(jax.jvp(fn, a, a)[1]))
+    step = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    s = jax.ShapeDtypeStruct((4, 64, 2, 32), jnp.bfloat16)
+    text = jax.export.export(step, platforms=["cuda"], disabled_checks=[TRITON])(s, s, s)
+    text = text.mlir_module()
+    assert text.count("__gpu$xla.gpu.triton") >= 4
+    assert "stablehlo.while" not in text
+    assert "all_gather" in text

@@ -101,14 +101,19 @@ def test_causal_with_several_query_blocks_per_shard():
     assert rel_err(got, jax.jvp(oracle, args, tangents)[1]) < RTOL
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_the_kernels_with_the_tokens_split(case):
-    """Interpret-mode kernels per shard, at each shard's causal offset. Generic interpret mode
-    cannot carry manual axis types (JAX 0.10.2), so this shard_map runs with check_vma=False."""
+@pytest.mark.parametrize(
+    "case, backend",
+    [(case, "interpret") for case in CASES] + [(CASES[1], "gpu-interpret")],  # causal: offsets
+    ids=str,
+)
+def test_the_kernels_with_the_tokens_split(case, backend):
+    """Interpret-mode kernels per shard (the TPU family's and the Triton ones), at each shard's
+    causal offset. Generic interpret mode cannot carry manual axis types (JAX 0.10.2), so this
+    shard_map runs with check_vma=False."""
     b, t, h, d, causal, padding = case
     args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
-    ours = in_shard_map(mask, causal, "interpret", check_vma=False)
+    ours = in_shard_map(mask, causal, backend, check_vma=False)
     assert_same_derivatives(ours, naive(mask, causal), args, tangents)
 
 
