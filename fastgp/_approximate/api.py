@@ -96,17 +96,14 @@ def perturb(
 
 def _check_axes(x: PyTree, axis_name: AxisName, sample_axis_name: AxisName) -> int:
     """The local batch of x, once its mesh axes are named as the penalty's are."""
-    validation.check_axis_name(axis_name)
-    validation.check_axis_name(sample_axis_name, "sample_axis_name")
-    distributed.check_axis_kinds(axis_name, sample_axis_name)
     _, batch = validation.leaves_of(x, "x")
-    distributed.require_axis_name(
+    validation.check_mesh_axes(
         x,
-        axis_name,
         "x",
+        axis_name,
+        sample_axis_name,
         "every shard would draw the same noise from the same key and the mean would be over "
         "this shard only",
-        sample_axis_name=sample_axis_name,
     )
     return batch
 

@@ -28,11 +28,9 @@ from fastgp._penalty.rowops import RowOptions, norms_and_penalties
 from fastgp._penalty.second_order import mean_penalty_and_norms
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree, Remat, SecondOrder
 from fastgp.distributed import (
-    check_axis_kinds,
     collective_axes,
     global_batch_slice,
     global_mean,
-    require_axis_name,
     shard_count,
     varying_axes,
 )
@@ -110,10 +108,7 @@ def penalty_and_norms_from_grads(
 ) -> tuple[jax.Array, jax.Array]:
     """(``weight * mean_b p(n_b)`` over the global batch, (B_local,) float32 norms)."""
     weight = validation.check_weight(weight)
-    validation.check_axis_name(axis_name)
-    validation.check_axis_name(sample_axis_name, "sample_axis_name")
-    check_axis_kinds(axis_name, sample_axis_name)
-    require_axis_name(grads, axis_name, "grads", sample_axis_name=sample_axis_name)
+    validation.check_mesh_axes(grads, "grads", axis_name, sample_axis_name)
     norms, penalties = per_sample_penalties(
         grads, kind=kind, target=target, backend=backend, sample_axis_name=sample_axis_name
     )
@@ -154,14 +149,11 @@ def gradient_penalty_and_norms(
     """Like :func:`gradient_penalty`, also returning the (B_local,) float32 input-gradient norms."""
     validation.check_kind(kind)
     validation.check_backend(backend)
-    validation.check_axis_name(axis_name)
-    validation.check_axis_name(sample_axis_name, "sample_axis_name")
-    check_axis_kinds(axis_name, sample_axis_name)
     validation.check_choice("second_order", second_order, SECOND_ORDER)
     target = validation.check_target(target)
     weight = validation.check_weight(weight)
     validation.leaves_of(x, "x")
-    require_axis_name(x, axis_name, "x", sample_axis_name=sample_axis_name)
+    validation.check_mesh_axes(x, "x", axis_name, sample_axis_name)
     validation.check_backend_on_data(backend, x)
     critic = remat_critic(critic, remat)
     options = RowOptions(kind, target, backend, collective_axes(sample_axis_name))
@@ -224,16 +216,13 @@ def interpolate(
     ``axis_name=()`` draws alpha per shard from ``key`` as given.
     """
     validation.check_same_structure(real, fake)
-    validation.check_axis_name(axis_name)
-    validation.check_axis_name(sample_axis_name, "sample_axis_name")
-    check_axis_kinds(axis_name, sample_axis_name)
     _, batch = validation.leaves_of(real, "real")
-    require_axis_name(
+    validation.check_mesh_axes(
         (real, fake),
-        axis_name,
         "real/fake",
+        axis_name,
+        sample_axis_name,
         "every shard would draw the same alphas from the same key",
-        sample_axis_name=sample_axis_name,
     )
     varying_key = set(varying_axes(key)) & set(collective_axes(sample_axis_name))
     if varying_key:

@@ -11,7 +11,12 @@ import jax.numpy as jnp
 from fastgp._backends import BACKENDS, check_backend_for_manual_axes
 from fastgp._penalty.kinds import KINDS
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
-from fastgp.distributed import collective_axes, varying_axes
+from fastgp.distributed import (
+    check_axis_kinds,
+    collective_axes,
+    require_axis_name,
+    varying_axes,
+)
 
 
 def leaves_of(tree: PyTree, what: str) -> tuple[tuple[jax.Array, ...], int]:
@@ -97,6 +102,23 @@ def check_axis_name(axis_name: AxisName, what: str = "axis_name") -> None:
         raise TypeError(
             f"{what} must be None, a mesh axis name or a tuple of names, got {axis_name!r}"
         )
+
+
+def check_mesh_axes(
+    tree: PyTree,
+    what: str,
+    axis_name: AxisName,
+    sample_axis_name: AxisName,
+    consequence: str | None = None,
+) -> None:
+    """Both axis arguments well formed (TypeError), no mesh axis in both, and every manual mesh
+    axis ``tree`` varies over named by one of them (ValueErrors naming ``what`` and, if given,
+    the ``consequence`` of the forgotten axis: ``fastgp.distributed.require_axis_name``)."""
+    check_axis_name(axis_name)
+    check_axis_name(sample_axis_name, "sample_axis_name")
+    check_axis_kinds(axis_name, sample_axis_name)
+    told = {} if consequence is None else {"consequence": consequence}
+    require_axis_name(tree, axis_name, what, sample_axis_name=sample_axis_name, **told)
 
 
 def check_backend_on_data(backend: Backend, tree: PyTree) -> None:
