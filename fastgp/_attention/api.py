@@ -130,15 +130,14 @@ def attention(
 
     q, k, v: (B, Tq, H, D), (B, Tk, H, D), (B, Tk, H, Dv) floats; ``scale`` 1/sqrt(D) by default;
     ``mask``: (B, Tk) or (B, 1, 1, Tk) bool key padding, True to attend; ``is_causal``: query i
-    sees keys j <= i; ``backend``: "auto" (the kernels when traced for a TPU, or an NVIDIA
-    GPU with head dims up to 128, where they run per device, else XLA; or what
-    ``fastgp.attention_backend`` sets), "pallas" (Mosaic
-    kernels on TPU, Triton kernels on GPU), "interpret", "tpu-interpret" or "gpu-interpret" (the
-    kernels on CPU), "xla" (blockwise loops); ``sample_axis_name``: inside shard_map, the mesh
-    axes the tokens are split over (under explicit axes the arrays' types say so). The rest are
-    Flax's attention_fn keywords, named so that Linen passes them: ``dtype`` casts q, k, v;
-    dropout (unless deterministic), a bias, a module to sow into, a precision and custom einsums
-    raise ValueError.
+    sees keys j <= i; ``backend``: "auto" (the kernels when traced for a TPU, or an NVIDIA GPU
+    with head dims up to 128, where they run per device, else XLA; or what
+    ``fastgp.attention_backend`` sets), "pallas" (Mosaic kernels on TPU, Triton kernels on GPU),
+    "interpret", "tpu-interpret" or "gpu-interpret" (the kernels on CPU), "xla" (blockwise
+    loops); ``sample_axis_name``: inside shard_map, the mesh axes the tokens are split over
+    (under explicit axes the arrays' types say so). The rest are Flax's attention_fn keywords,
+    named so that Linen passes them: ``dtype`` casts q, k, v; dropout (unless deterministic), a
+    bias, a module to sow into, a precision and custom einsums raise ValueError.
     """
     del dropout_rng, broadcast_dropout, force_fp32_for_softmax  # no effect without dropout
     _refuse_unsupported(
