@@ -9,11 +9,13 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()
-# The suite's programs are small and compiled once each, so XLA:CPU's LLVM optimisations cost
-# more than they save; the HLO passes, and so what the programs compute, are unchanged.
+# The suite's programs are small and compiled once each, so XLA:CPU's LLVM optimisations and its
+# MLIR fusion emitters cost more than they save (the elemental emitters compile the same fusions
+# faster); the HLO passes, and so what the programs compute, are unchanged.
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += (
         " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+        " --xla_cpu_use_fusion_emitters=false"
     )
 
 import pytest
