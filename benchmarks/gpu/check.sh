@@ -19,11 +19,13 @@ cd "$(dirname "$0")/../.."
 out="${OUT:-benchmarks/results/gpu}"
 python="${PYTHON:-python3}"
 smoke=()
+platform=cuda
 if [[ "${1:-}" == "--smoke" ]]; then
     smoke=(--smoke)
+    platform=cpu
 fi
 # tests/conftest.py makes CPU the default platform unless one is named.
-export JAX_PLATFORMS="${JAX_PLATFORMS:-$([[ ${#smoke[@]} -gt 0 ]] && echo cpu || echo cuda)}"
+export JAX_PLATFORMS="${JAX_PLATFORMS:-$platform}"
 mkdir -p "$out"
 site="$(mktemp -d)"
 mkdir "$site/fastgp"
