@@ -33,11 +33,15 @@ def varying_axes(tree: PyTree) -> frozenset[str]:
     return axes
 
 
+# What a forgotten mesh axis does to the penalty (the default consequence an error names).
+SLICES_AS_SAMPLES = "the penalty would treat each shard's slice as whole samples"
+
+
 def require_axis_name(
     tree: PyTree,
     axis_name: AxisName,
     what: str,
-    consequence: str = "the penalty would treat each shard's slice as whole samples",
+    consequence: str = SLICES_AS_SAMPLES,
     sample_axis_name: AxisName = None,
 ) -> None:
     """Raise a ValueError when ``tree`` varies over a manual mesh axis that neither ``axis_name``

@@ -12,6 +12,7 @@ from fastgp._backends import BACKENDS, check_backend_for_manual_axes
 from fastgp._penalty.kinds import KINDS
 from fastgp._typing import AxisName, Backend, Critic, Kind, PyTree
 from fastgp.distributed import (
+    SLICES_AS_SAMPLES,
     check_axis_kinds,
     collective_axes,
     require_axis_name,
@@ -109,16 +110,15 @@ def check_mesh_axes(
     what: str,
     axis_name: AxisName,
     sample_axis_name: AxisName,
-    consequence: str | None = None,
+    consequence: str = SLICES_AS_SAMPLES,
 ) -> None:
     """Both axis arguments well formed (TypeError), no mesh axis in both, and every manual mesh
-    axis ``tree`` varies over named by one of them (ValueErrors naming ``what`` and, if given,
-    the ``consequence`` of the forgotten axis: ``fastgp.distributed.require_axis_name``)."""
+    axis ``tree`` varies over named by one of them (ValueErrors naming ``what`` and the
+    ``consequence`` of the forgotten axis: ``fastgp.distributed.require_axis_name``)."""
     check_axis_name(axis_name)
     check_axis_name(sample_axis_name, "sample_axis_name")
     check_axis_kinds(axis_name, sample_axis_name)
-    told = {} if consequence is None else {"consequence": consequence}
-    require_axis_name(tree, axis_name, what, sample_axis_name=sample_axis_name, **told)
+    require_axis_name(tree, axis_name, what, consequence, sample_axis_name)
 
 
 def check_backend_on_data(backend: Backend, tree: PyTree) -> None:
