@@ -19,11 +19,13 @@ A save that fails raises :class:`CheckpointWriteError`; a checkpoint that cannot
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +72,12 @@ def host_copy(tree: Any) -> Any:
     )
 
 
-def _ignore_late_callbacks() -> None:
+def _quiet_late_failures() -> None:
     """After a failed save or restore, tensorstore still completes the operations that were in
-    flight and calls back into the asyncio loop orbax has closed; each such call would print a
-    traceback of "Event loop is closed" (hundreds on a full disk). Drop exactly those (from the
-    start: the first can come before the failure reaches us); report the rest."""
+    flight. Each would print a traceback for a failure already reported: "Event loop is closed"
+    when it calls back into the loop orbax has closed (hundreds on a full disk), or asyncio's
+    "Task exception was never retrieved" when a write fails as that loop closes. Drop exactly
+    those (from the start: the first can come before the failure reaches us); report the rest."""
     previous = sys.unraisablehook
     if getattr(previous, "_fastgp", False):
         return
@@ -86,6 +89,23 @@ def _ignore_late_callbacks() -> None:
 
     hook._fastgp = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_OrbaxTaskFailures())
+
+
+class _OrbaxTaskFailures(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for tasks that failed inside orbax.
+
+    Orbax gathers its writes and the first failure ends the gather, so such a task is never the
+    only failure of its save or restore: the first one reached the caller as an exception."""
+
+    _ORBAX = str(Path(ocp.__file__).parent)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        err = record.exc_info[1] if record.exc_info else None
+        if err is None or not record.getMessage().startswith("Task exception was never retrieved"):
+            return True
+        frames = traceback.extract_tb(err.__traceback__)
+        return not any(frame.filename.startswith(self._ORBAX) for frame in frames)
 
 
 def _sha256(path: Path) -> str:
@@ -107,7 +127,7 @@ class Checkpoints:
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=("state", "meta")
         )
-        _ignore_late_callbacks()
+        _quiet_late_failures()
 
     def steps(self) -> list[int]:
         """Steps of every committed checkpoint, oldest first (damaged ones included)."""

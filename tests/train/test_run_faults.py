@@ -6,9 +6,12 @@ is shared: resumed runs must end bitwise equal to it. Runs share a persistent JA
 so that each one compiles the training step once per test session.
 """
 
+import asyncio
 import contextlib
 import fcntl
+import gc
 import json
+import logging
 import os
 import re
 import shutil
@@ -22,6 +25,8 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+import tensorstore
+from orbax.checkpoint._src.serialization.type_handlers import NumpyHandler
 
 from fastgp.train.checkpoints import DIGEST, Checkpoints
 from fastgp.train.recipes import build_problem, default_config
@@ -298,6 +303,36 @@ def test_partial_save_recreated_by_late_writes_is_removed(tmp_path):
     checkpoints.close()
     assert not list(tmp_path.glob("*orbax-checkpoint-tmp*"))
 
+
+
+def _collected_unretrieved_failure(coroutine):
+    """Runs ``coroutine`` as a task whose failure nobody retrieves, then collects the task, as
+    happens to orbax's writes that fail while its loop closes (asyncio then logs the failure)."""
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coroutine)
+    loop.run_until_complete(asyncio.wait([task]))
+    loop.close()
+    del task
+    gc.collect()
+
+
+def test_late_write_failure_of_a_failed_save_is_not_logged_again(tmp_path, caplog):
+    """A write orbax started fails after the save has failed: asyncio's log of it is dropped."""
+    Checkpoints(tmp_path).close()
+    file_in_a_file = {"driver": "zarr", "kvstore": {"driver": "file", "path": "/dev/null/x"}}
+    write = NumpyHandler()._open_and_write(np.zeros(3), file_in_a_file, tensorstore.Context())
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        _collected_unretrieved_failure(write)
+    assert not caplog.records
+
+    async def not_orbax():
+        raise ValueError("a failure of some other task")
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        _collected_unretrieved_failure(not_orbax())
+    assert [r.getMessage().splitlines()[0] for r in caplog.records] == [
+        "Task exception was never retrieved"
+    ]
 
 # --- 2. one run per --out -----------------------------------------------------------------------
 
