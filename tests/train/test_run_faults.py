@@ -304,7 +304,6 @@ def test_partial_save_recreated_by_late_writes_is_removed(tmp_path):
     assert not list(tmp_path.glob("*orbax-checkpoint-tmp*"))
 
 
-
 def _collected_unretrieved_failure(coroutine):
     """Runs ``coroutine`` as a task whose failure nobody retrieves, then collects the task, as
     happens to orbax's writes that fail while its loop closes (asyncio then logs the failure)."""
@@ -333,6 +332,7 @@ def test_late_write_failure_of_a_failed_save_is_not_logged_again(tmp_path, caplo
     assert [r.getMessage().splitlines()[0] for r in caplog.records] == [
         "Task exception was never retrieved"
     ]
+
 
 # --- 2. one run per --out -----------------------------------------------------------------------
 
