@@ -76,8 +76,8 @@ def _quiet_late_failures() -> None:
     """After a failed save or restore, tensorstore still completes the operations that were in
     flight. Each would print a traceback for a failure already reported: "Event loop is closed"
     when it calls back into the loop orbax has closed (hundreds on a full disk), or asyncio's
-    "Task exception was never retrieved" when a write fails as that loop closes. Drop exactly
-    those (from the start: the first can come before the failure reaches us); report the rest."""
+    "Task exception was never retrieved" or "Task was destroyed but it is pending!" about the
+    writes left when that loop closed. Drop exactly those (from the start: the first can come before the failure reaches us); report the rest."""
     previous = sys.unraisablehook
     if getattr(previous, "_fastgp", False):
         return
@@ -89,22 +89,24 @@ def _quiet_late_failures() -> None:
 
     hook._fastgp = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
-    logging.getLogger("asyncio").addFilter(_OrbaxTaskFailures())
+    logging.getLogger("asyncio").addFilter(_OrbaxTaskLeftovers())
 
 
-class _OrbaxTaskFailures(logging.Filter):
-    """Drops asyncio's "Task exception was never retrieved" for tasks that failed inside orbax.
+class _OrbaxTaskLeftovers(logging.Filter):
+    """Drops asyncio's records about orbax's own tasks ("Task exception was never retrieved",
+    "Task was destroyed but it is pending!").
 
-    Orbax gathers its writes and the first failure ends the gather, so such a task is never the
-    only failure of its save or restore: the first one reached the caller as an exception."""
+    Orbax gathers its writes and closes its loop when the gather ends. A successful gather leaves
+    no task behind; a failed one reached the caller as an exception, and its other writes are
+    those records' tasks."""
 
     _ORBAX = str(Path(ocp.__file__).parent)
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if f"defined at {self._ORBAX}" in record.getMessage():
+            return False
         err = record.exc_info[1] if record.exc_info else None
-        if err is None or not record.getMessage().startswith("Task exception was never retrieved"):
-            return True
-        frames = traceback.extract_tb(err.__traceback__)
+        frames = traceback.extract_tb(err.__traceback__) if err is not None else []
         return not any(frame.filename.startswith(self._ORBAX) for frame in frames)
 
 
