@@ -77,7 +77,8 @@ def _quiet_late_failures() -> None:
     flight. Each would print a traceback for a failure already reported: "Event loop is closed"
     when it calls back into the loop orbax has closed (hundreds on a full disk), or asyncio's
     "Task exception was never retrieved" or "Task was destroyed but it is pending!" about the
-    writes left when that loop closed. Drop exactly those (from the start: the first can come before the failure reaches us); report the rest."""
+    writes left when that loop closed. Drop exactly those (from the start: the first can come
+    before the failure reaches us); report the rest."""
     previous = sys.unraisablehook
     if getattr(previous, "_fastgp", False):
         return
