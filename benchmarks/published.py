@@ -584,14 +584,20 @@ def attention_second_order(results):
     return second_order.table(now, before)
 
 
+# The GPU script's attention runs, oldest first; the capacity search (check.sh --capacity) only
+# once it has run.
 GPU_ATTENTION = ("gpu/attention_gpu.json", "gpu/attention_gpu_long.json")
+GPU_CAPACITY = "gpu/attention_gpu_capacity.json"
 
 
 def _gpu_attention(results):
     """The GPU script's attention runs as one result (``benchmarks.gpu.attention.merged``)."""
     from benchmarks.gpu import attention as gpu_attention
 
-    return gpu_attention.merged([_json_in(results.dir, name) for name in GPU_ATTENTION])
+    names = [*GPU_ATTENTION]
+    if (pathlib.Path(results.dir) / GPU_CAPACITY).exists():
+        names.append(GPU_CAPACITY)
+    return gpu_attention.merged([_json_in(results.dir, name) for name in names])
 
 
 def attention_auto(results):

@@ -1,6 +1,7 @@
 """The long ViT critic's penalty steps through attention on one GPU: time, peak memory, capacity.
 
     python -m benchmarks.gpu.attention [--tokens 1024,4096,16384] [--budget-s 420]
+                                       [--capacity-only]
                                        [--out benchmarks/results/gpu/attention_gpu]
 
 For each token count, the bfloat16 critic step of ``zoo.critics.long_spec`` (critic loss and
@@ -11,8 +12,9 @@ with cuDNN's fused kernel (first order only, so it takes ``approximate_r1`` and 
 Steps: WGAN-GP, exact R1, approximate R1, and the plain step (no penalty). Each is compiled and,
 where it fits, timed interleaved with the others of its token count (median seconds); peak
 memory is the compiled program's (arguments + outputs + temporaries). The largest power-of-two
-batch whose program fits the device's memory is searched by compiling only. Everything stops at
-the time budget: what it did not reach is written as not measured.
+batch whose program fits the device's memory is searched by compiling only (``--capacity-only``
+does only that, for a budget of its own). Everything stops at the time budget: what it did not
+reach is written as not measured.
 
 ``--smoke`` runs the same code at 64 tokens on CPU (the kernels in interpret mode, XLA's attention
 for cuDNN's; one capacity search): it checks the script, not the figures.
@@ -151,7 +153,8 @@ def _time_cell(row: dict) -> str:
 
 def merged(results: list[dict]) -> dict:
     """One result of several runs on one device: each token count's rows and capacities from the
-    last run that holds that count, so that every ratio in a table stays within one run."""
+    last run that holds that count, so that every ratio in a table stays within one run. Then the
+    capacity-only runs, in order, put in each capacity they measured."""
     last = {row["tokens"]: result for result in results for row in result["rows"]}
     rows = [row for t in sorted(last) for row in last[t]["rows"] if row["tokens"] == t]
     capacity = {
@@ -160,6 +163,9 @@ def merged(results: list[dict]) -> dict:
         for key, found in result["capacity"].items()
         if int(key.split()[0]) == t
     }
+    for result in results:
+        if not result["rows"]:
+            capacity.update((k, v) for k, v in result["capacity"].items() if v is not None)
     runs = [{k: r[k] for k in ("argv", "machine", "commit")} for r in results]
     return dict(device=results[-1]["device"], runs=runs, rows=rows, capacity=capacity)
 
@@ -182,7 +188,7 @@ def table_lines(result: dict) -> list[str]:
         ratio = (
             f"{r['step_ms'] / base['step_ms']:.2f}x" if "step_ms" in r and "step_ms" in base else ""
         )
-        capacity = result["capacity"].get(f"{r['tokens']} {r['variant']}", "")
+        key = f"{r['tokens']} {r['variant']}"
         body.append(
             [
                 f"{r['tokens']:,}",
@@ -191,10 +197,19 @@ def table_lines(result: dict) -> list[str]:
                 _time_cell(r),
                 f"{r['peak'] / 2**30:.2f}" if "peak" in r else "",
                 ratio,
-                "not measured" if capacity is None else capacity,
+                _capacity_cell(result["capacity"][key]) if key in result["capacity"] else "",
             ]
         )
+    for key, found in result["capacity"].items():  # searched without a timed row
+        tokens, variant = key.split(" ", 1)
+        if (int(tokens), variant) not in by_key:
+            cells = ["" for _ in head[2:-1]]
+            body.append([f"{int(tokens):,}", variant, *cells, _capacity_cell(found)])
     return markdown_table(head, body)
+
+
+def _capacity_cell(found: int | None) -> str | int:
+    return "not measured" if found is None else found
 
 
 def table(result: dict) -> str:
@@ -212,6 +227,7 @@ def main(argv=None):
     parser.add_argument("--budget-s", type=float, default=300.0)
     parser.add_argument("--max-batch", type=int, default=256)
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--capacity-only", action="store_true")
     parser.add_argument(
         "--out", type=pathlib.Path, default=benchmarks.RESULTS / "gpu/attention_gpu"
     )
@@ -226,7 +242,7 @@ def main(argv=None):
         rows=[],
         capacity={},
     )
-    for t in tokens:
+    for t in [] if args.capacity_only else tokens:
         batch = 2 if args.smoke else (4 if t >= 16384 else 8)
         result["rows"] += measure(t, batch, fns, 1 if args.smoke else args.rounds, deadline)
         records.write(args.out, result, table)

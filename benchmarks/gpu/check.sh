@@ -7,8 +7,9 @@
 # the next. Results and each stage's log land in ${OUT:-benchmarks/results/gpu}; the exit status
 # is 1 when any stage failed.
 #
-#   benchmarks/gpu/check.sh            # on the GPU machine
-#   benchmarks/gpu/check.sh --smoke    # here, on CPU: the script itself, not the figures
+#   benchmarks/gpu/check.sh              # on the GPU machine
+#   benchmarks/gpu/check.sh --capacity   # there: only the largest batches, with 8 minutes of its own
+#   benchmarks/gpu/check.sh --smoke      # here, on CPU: the script itself, not the figures
 #
 # fastgp is imported as installed, with kernels/ as fastgp.kernels (pyproject's package-dir),
 # through a tree of links in a temporary directory, so no build backend is needed. python -P keeps
@@ -20,10 +21,18 @@ out="${OUT:-benchmarks/results/gpu}"
 python="${PYTHON:-python3}"
 smoke=()
 platform=cuda
-if [[ "${1:-}" == "--smoke" ]]; then
-    smoke=(--smoke)
-    platform=cpu
-fi
+mode="${1:-}"
+case "$mode" in
+    "" | --capacity) ;;
+    --smoke)
+        smoke=(--smoke)
+        platform=cpu
+        ;;
+    *)
+        echo "usage: $0 [--capacity | --smoke]" >&2
+        exit 2
+        ;;
+esac
 # tests/conftest.py makes CPU the default platform unless one is named.
 export JAX_PLATFORMS="${JAX_PLATFORMS:-$platform}"
 mkdir -p "$out"
@@ -48,6 +57,13 @@ stage() {
 
 stage gpu_devices 60 "$python" -P -c \
     "import jax; print('JAX', jax.__version__, jax.devices()); print(jax.devices()[0].memory_stats())"
+if [[ "$mode" == --capacity ]]; then
+    stage attention_gpu_capacity 540 "$python" -P -m benchmarks.gpu.attention --capacity-only \
+        --budget-s 480 --out "$out/attention_gpu_capacity"
+    [[ ${#failed[@]} -eq 0 ]] || { echo "failed: ${failed[*]}"; exit 1; }
+    echo "every stage passed"
+    exit 0
+fi
 stage gpu_tests 150 "$python" -P -m pytest -q -p no:cacheprovider -o addopts="-ra" \
     -o pythonpath="" --rootdir=. \
     tests/penalty/test_gpu_device.py tests/attention/test_attention_gpu_device.py

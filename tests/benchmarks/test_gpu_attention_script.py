@@ -21,6 +21,19 @@ def test_smoke_run_measures_every_variant_and_capacity(tmp_path):
     assert all(f"| {name} |" in page for name in study.VARIANTS)
 
 
+def test_capacity_only_run_times_nothing(tmp_path):
+    """Its budget, here none, goes to the capacity search alone (which the smoke run above
+    checks)."""
+    out = tmp_path / "capacity"
+    result = study.main(["--smoke", "--capacity-only", "--budget-s", "0", "--out", str(out)])
+    assert result["rows"] == []
+    assert result["capacity"] == {f"64 {study.CAPACITY[0]}": None}
+    assert (
+        f"| 64 | {study.CAPACITY[0]} |  |  |  |  | not measured |"
+        in (tmp_path / "capacity.md").read_text()
+    )
+
+
 def test_a_spent_budget_leaves_the_rest_unmeasured(tmp_path):
     result = study.main(["--smoke", "--budget-s", "0", "--out", str(tmp_path / "a")])
     assert all(r["fits"] is None for r in result["rows"])
@@ -28,7 +41,7 @@ def test_a_spent_budget_leaves_the_rest_unmeasured(tmp_path):
     assert "not measured" in (tmp_path / "a.md").read_text()
 
 
-def _run(commit: str, rows: dict[int, list[str]], capacity: dict[str, int]) -> dict:
+def _run(commit: str, rows: dict[int, list[str]], capacity: dict[str, int | None]) -> dict:
     return dict(
         argv=[commit],
         machine="m",
@@ -55,3 +68,18 @@ def test_merged_runs_keep_each_token_counts_rows_from_the_last_run_that_holds_it
     ]
     assert merged["capacity"] == {"1024 x": 8, "16384 x": 2}  # not the first run's 4,096
     assert [run["commit"] for run in merged["runs"]] == ["a", "b"]
+
+
+def test_capacity_only_runs_put_in_what_they_measured():
+    """A later capacity-only run replaces or adds the capacities it found, not those it did not
+    reach; its rows-less table still shows them."""
+    timed = _run("a", {1024: ["x", "y"]}, {"1024 x": 8, "1024 y": 4})
+    searched = _run("b", {}, {"1024 x": 16, "1024 y": None, "4096 x": 2})
+    merged = study.merged([timed, searched])
+    assert [r["commit"] for r in merged["rows"]] == ["a", "a"]
+    assert merged["capacity"] == {"1024 x": 16, "1024 y": 4, "4096 x": 2}
+    assert study.table_lines(searched)[2:] == [
+        "| 1,024 | x |  |  |  |  | 16 |",
+        "| 1,024 | y |  |  |  |  | not measured |",
+        "| 4,096 | x |  |  |  |  | 2 |",
+    ]
