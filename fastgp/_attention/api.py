@@ -140,14 +140,8 @@ def attention(
     bias, a module to sow into, a precision and custom einsums raise ValueError.
     """
     del dropout_rng, broadcast_dropout, force_fp32_for_softmax  # no effect without dropout
-    _refuse_unsupported(
-        bias,
-        dropout_rate,
-        deterministic,
-        precision,
-        module,
-        (qk_attn_weights_einsum, attn_weights_value_einsum),
-    )
+    einsums = (qk_attn_weights_einsum, attn_weights_value_einsum)
+    _refuse_unsupported(bias, dropout_rate, deterministic, precision, module, einsums)
     if dtype is not None:
         q, k, v = (x.astype(dtype) for x in (q, k, v))
     _check_inputs(q, k, v)

@@ -9,6 +9,7 @@ agree between the two runs: the penalties, losses, gradients and updated paramet
 ``fastgp.testing`` example in docs/api.md compares with the naive penalty itself.)
 """
 
+import ast
 import pathlib
 import re
 import textwrap
@@ -197,3 +198,26 @@ def test_development_md_maps_every_module_of_the_library_and_the_kernels():
     }
     missing = sorted(modules - layout_map_paths())
     assert not missing, f"docs/development.md's layout map omits {missing}"
+
+
+# The sizes docs/development.md holds the library and the kernels to, and what may exceed them:
+# path or "path:function" -> the reason (none at present).
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 60
+OVERSIZE: dict[str, str] = {}
+
+
+def test_no_module_or_function_is_over_its_size():
+    over = []
+    for path in sorted([*(ROOT / "fastgp").rglob("*.py"), *(ROOT / "kernels").rglob("*.py")]):
+        name = path.relative_to(ROOT).as_posix()
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES and name not in OVERSIZE:
+            over.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES and f"{name}:{node.name}" not in OVERSIZE:
+                    over.append(f"{name}:{node.name}: {length} lines")
+    assert not over, (
+        f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function: {over}"
+    )
