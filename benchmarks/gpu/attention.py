@@ -112,13 +112,23 @@ def measure(tokens: int, batch: int, fns: dict, rounds: int, deadline: float) ->
     return rows
 
 
-def largest_batch(tokens: int, name: str, fns: dict, start: int, cap: int, deadline: float):
+def largest_batch(
+    tokens: int,
+    name: str,
+    fns: dict,
+    start: int,
+    cap: int,
+    deadline: float,
+    known: dict[int, bool] | None = None,
+):
     """The largest power-of-two batch whose program fits, by compiling only; None if the
-    deadline passed first."""
+    deadline passed first. ``known``: batch -> fits, for programs already compiled."""
     attention_name, variant = VARIANTS[name]
     limit = _device_bytes()
 
     def fits(batch: int) -> bool:
+        if known and batch in known:
+            return known[batch]
         try:
             _, compiled = _compiled(zoo.long_spec(tokens, fns[attention_name], batch), variant)
         except Exception:
@@ -250,7 +260,13 @@ def main(argv=None):
         for name in CAPACITY[:1] if args.smoke else CAPACITY:
             start = 2 if args.smoke else (4 if t >= 16384 else 8)
             cap = 4 if args.smoke else args.max_batch
-            result["capacity"][f"{t} {name}"] = largest_batch(t, name, fns, start, cap, deadline)
+            known = {
+                row["batch"]: row["fits"]
+                for row in result["rows"]
+                if (row["tokens"], row["variant"]) == (t, name) and row["fits"] is not None
+            }
+            found = largest_batch(t, name, fns, start, cap, deadline, known)
+            result["capacity"][f"{t} {name}"] = found
             records.write(args.out, result, table)
     print(table(result))
     return result

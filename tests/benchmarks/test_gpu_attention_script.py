@@ -83,3 +83,20 @@ def test_capacity_only_runs_put_in_what_they_measured():
         "| 1,024 | y |  |  |  |  | not measured |",
         "| 4,096 | x |  |  |  |  | 2 |",
     ]
+
+
+def test_capacity_search_compiles_only_batches_not_already_known(monkeypatch):
+    """The timed batch's program was compiled for its row; the search does not compile it again,
+    and it doubles until a program does not fit (here, over 40 samples' worth of memory)."""
+    compiled = []
+
+    def fake_compile(spec, variant):
+        compiled.append(spec.batch)
+        return None, spec.batch
+
+    monkeypatch.setattr(study, "_compiled", fake_compile)
+    monkeypatch.setattr(study, "_peak", lambda batch: batch)
+    monkeypatch.setattr(study, "_device_bytes", lambda: 40 / 0.9)
+    fns = study.attention_fns(smoke=True)
+    found = study.largest_batch(64, "fastgp/wgan-gp", fns, 8, 256, float("inf"), {8: True})
+    assert (found, compiled) == (32, [16, 32, 64])
