@@ -2,7 +2,8 @@
 
     resolve(op, backend)   -> the concrete backend a call runs ("auto" resolved; ValueError for
                               a name the op does not know)
-    platform()             -> "cpu", "tpu", "cuda" or "rocm": what "auto" is chosen for
+    platform()             -> "cpu", "tpu", "cuda" or "rocm": what "auto" is chosen for, the
+                              platform of the device traced for (traced_device())
     interpret_mode(name)   -> the ``interpret=`` argument of a Pallas kernel call
     generation(name)       -> the TPU generation a kernel backend tiles for (None: unknown)
 
@@ -80,13 +81,27 @@ def resolve(op: Op, backend: str, kernels_run_here: Callable[[], bool] = lambda:
 
 
 def platform() -> str:
-    """The platform being traced for: ``jax.default_backend()``, with a GPU named by its vendor's
-    stack ("cuda" or "rocm"), as ``lax.platform_dependent`` names them."""
-    name = jax.default_backend()
+    """The platform being traced for, named as ``lax.platform_dependent`` names it: "cpu", "tpu",
+    or a GPU by its vendor's stack, "cuda" or "rocm". That of :func:`traced_device`."""
+    name = traced_device().platform
     if name != "gpu":
         return name
-    version = jax.extend.backend.get_backend().platform_version.lower()
+    version = jax.extend.backend.get_backend("gpu").platform_version.lower()
     return "rocm" if "rocm" in version else "cuda"
+
+
+def traced_device() -> Any:
+    """The device a function is traced for, the one Pallas tiles for: the device of the mesh set
+    around the trace (``shard_map``, ``jax.set_mesh``), else JAX's default device
+    (``jax.default_device``, else the first). A compile-only TPU device or mesh on a CPU host is
+    a TPU here."""
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    if device is not None:
+        return device
+    default = jax.config.jax_default_device  # type: ignore[attr-defined]  # a context flag
+    if isinstance(default, str):
+        return jax.local_devices(backend=default)[0]
+    return default if default is not None else jax.local_devices()[0]
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import types
 import jax
 import jax.extend
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -21,7 +22,7 @@ from fastgp._attention import sharding
 @pytest.fixture
 def on_tpu(monkeypatch):
     """Trace as if for a TPU: the platform ``auto`` reads, nothing else."""
-    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    monkeypatch.setattr(backends, "platform", lambda: "tpu")
 
 
 def test_auto_per_op_and_platform(on_tpu):
@@ -49,10 +50,43 @@ def test_attention_auto_runs_the_kernels_where_they_were_measured_faster(
 @pytest.mark.parametrize("version, name", [("cuda 13000", "cuda"), ("rocm 7.0.2", "rocm")])
 def test_a_gpu_is_named_by_its_vendors_stack(monkeypatch, version, name):
     """JAX names both vendors' GPUs "gpu"; the kernels were checked on an NVIDIA one only."""
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(backends, "traced_device", lambda: types.SimpleNamespace(platform="gpu"))
     client = types.SimpleNamespace(platform_version=version)
     monkeypatch.setattr(jax.extend.backend, "get_backend", lambda *a: client)
     assert backends.platform() == name
+
+
+def test_the_platform_is_that_of_the_device_traced_for():
+    """The default device, else the mesh's around the trace: a CPU mesh inside shard_map."""
+    assert backends.platform() == "cpu"
+    with jax.default_device(jax.devices()[3]):
+        assert backends.traced_device() == jax.devices()[3]
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+    found = []
+
+    def local(x):
+        found.append((backends.traced_device().platform, backends.platform()))
+        return x
+
+    jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P("data"), out_specs=P("data")))(jnp.ones(8))
+    assert found == [("cpu", "cpu")]
+
+
+@pytest.mark.aot
+def test_a_compile_only_tpu_device_or_mesh_is_traced_for_as_a_tpu():
+    """From this CPU host: attention's "auto" chooses as on the TPU it compiles for, the
+    penalty's stays XLA."""
+    pytest.importorskip("libtpu")
+    from fastgp import _compiled as cf
+
+    with jax.default_device(cf.tpu_device("v5e")):
+        assert backends.platform() == "tpu"
+        assert backends.resolve("attention", "auto") == "pallas"
+        assert backends.resolve("penalty", "auto") == "xla"
+    mesh = jax.sharding.Mesh(np.array(cf.tpu_devices("v5e:2x2")), ("data",))
+    with jax.set_mesh(mesh):
+        assert backends.platform() == "tpu"
+    assert backends.platform() == "cpu"
 
 
 def traced_backend(q, v) -> str:
@@ -132,13 +166,12 @@ def critic_step(attention_fn):
 
 @pytest.mark.aot
 def test_the_default_wgan_gp_step_through_attention_holds_the_kernels_on_one_tpu(monkeypatch):
-    """Lowered for one v5e chip with the default backend: the forward, tangent and both VJP
-    kernels are in the program (and with backend="xla" none is)."""
+    """Lowered for one v5e chip from this CPU host with the default backend: the forward, tangent
+    and both VJP kernels are in the program (and with backend="xla" none is)."""
     pytest.importorskip("libtpu")
     from fastgp import _compiled as cf
 
-    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
-    monkeypatch.setattr(jax, "device_count", lambda: 1)
+    monkeypatch.setattr(jax, "device_count", lambda: 1)  # this host's CPUs are not the program's
     b, t, c = 4, 256, 64
     args = (
         jax.ShapeDtypeStruct((3, c, 2, 64), jnp.bfloat16),
