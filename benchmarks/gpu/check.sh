@@ -60,18 +60,17 @@ stage gpu_devices 60 "$python" -P -c \
 if [[ "$mode" == --capacity ]]; then
     stage attention_gpu_capacity 540 "$python" -P -m benchmarks.gpu.attention --capacity-only \
         --budget-s 480 --out "$out/attention_gpu_capacity"
-    [[ ${#failed[@]} -eq 0 ]] || { echo "failed: ${failed[*]}"; exit 1; }
-    echo "every stage passed"
-    exit 0
+else
+    stage gpu_tests 150 "$python" -P -m pytest -q -p no:cacheprovider -o addopts="-ra" \
+        -o pythonpath="" --rootdir=. \
+        tests/penalty/test_gpu_device.py tests/attention/test_attention_gpu_device.py
+    if [[ ${#smoke[@]} -eq 0 ]]; then
+        stage gpu_bandwidth 60 "$python" -P -m benchmarks.gpu.bandwidth \
+            --out "$out/gpu_bandwidth.md"
+    fi
+    stage attention_gpu_run 300 "$python" -P -m benchmarks.gpu.attention "${smoke[@]}" \
+        --budget-s 240 --out "$out/attention_gpu"
 fi
-stage gpu_tests 150 "$python" -P -m pytest -q -p no:cacheprovider -o addopts="-ra" \
-    -o pythonpath="" --rootdir=. \
-    tests/penalty/test_gpu_device.py tests/attention/test_attention_gpu_device.py
-if [[ ${#smoke[@]} -eq 0 ]]; then
-    stage gpu_bandwidth 60 "$python" -P -m benchmarks.gpu.bandwidth --out "$out/gpu_bandwidth.md"
-fi
-stage attention_gpu_run 300 "$python" -P -m benchmarks.gpu.attention "${smoke[@]}" \
-    --budget-s 240 --out "$out/attention_gpu"
 
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "failed: ${failed[*]}"
