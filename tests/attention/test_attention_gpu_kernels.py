@@ -167,7 +167,7 @@ def _critic_step(backend, second_order):
 def test_the_whole_penalty_step_runs_every_pass_on_triton_for_cuda(second_order):
     """backend="pallas" exported for CUDA: the forward, tangent, VJP and second-order kernels
     are all Triton calls (nested reverse mode adds vjp_jvp's transposes, which are second_vjp).
-    ``auto`` follows the platform it is traced on: from this CPU host, XLA's loops."""
+    ``auto`` follows the device it is traced for: from this CPU host, a CPU, so XLA's loops."""
     s = jax.ShapeDtypeStruct
     params = {n: s((32, 128), jnp.bfloat16) for n in "qkv"} | {"out": s((128, 1), jnp.bfloat16)}
     x = s((4, 256, 32), jnp.bfloat16)
