@@ -10,6 +10,7 @@ zeros and nothing non-finite. The AOT tests compile each kernel for real TPU gen
 
 import dataclasses
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -486,23 +487,43 @@ FLOPS_PER_SCORE = {
 KERNEL_CALLS = {"vjp": 2, "vjp_jvp": 2, "second_vjp": 2}
 
 
+def _estimated_flops(hlo_text: str) -> dict[str, list[int]]:
+    """Each Mosaic call's declared flops, by kernel (the call's name less ``flash_`` and its
+    numeric suffix)."""
+    calls: dict[str, list[int]] = {}
+    for line in hlo_text.splitlines():
+        if 'custom_call_target="tpu_custom_call"' in line:
+            name = re.match(r"\s*(?:ROOT )?%flash_(\w+?)(?:\.\d+)? = ", line)
+            flops = re.search(r'"cost_estimate":\{"flops":"(\d+)"', line)
+            assert name and flops, line[:200]
+            calls.setdefault(name.group(1), []).append(int(flops.group(1)))
+    return calls
+
+
 @pytest.mark.aot
-@pytest.mark.parametrize("kernel", FLOPS_PER_SCORE)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("t", [1024, 4096])
 @pytest.mark.parametrize("generation", GENERATIONS)
-def test_attention_kernels_compile_for_tpu(generation, t, causal, kernel):
-    """bf16, D = 64, B = 1, H = 2, T padded to the generation's blocks: the Mosaic call is in the
-    program, and the cost analysis reports the estimate's flops (forward 2 B H Tq Tk (D + Dv)
-    x the fraction of blocks visited, ...; the VJP's delta adds a few elementwise flops)."""
+def test_attention_kernels_compile_for_tpu(generation, t, causal):
+    """bf16, D = 64, B = 1, H = 2, T padded to the generation's blocks, every kernel in one
+    program: each kernel's Mosaic calls are in it and declare the expected flops (forward
+    2 B H Tq Tk (D + Dv) x the fraction of blocks visited, ...), and the program's cost analysis
+    reports their sum (the VJP's delta adds a few elementwise flops)."""
     pytest.importorskip("libtpu")
     from fastgp import _compiled as cf
 
     blocks = flash_blocks(t, t, 64, 2, generation)
-    fn, args = _programs(blocks, t, causal)[kernel]
-    compiled = cf.compile_for(cf.tpu_device(generation), fn, *args)
-    text = compiled.as_text()
-    assert text.count('custom_call_target="tpu_custom_call"') == KERNEL_CALLS.get(kernel, 1)
+    programs = _programs(blocks, t, causal)
+    every_kernel = lambda args: {kernel: fn(*args[kernel]) for kernel, (fn, _) in programs.items()}
+    shapes = {kernel: args for kernel, (_, args) in programs.items()}
+    compiled = cf.compile_for(cf.tpu_device(generation), every_kernel, shapes)
+    calls = _estimated_flops(compiled.as_text())
+    assert {kernel: len(flops) for kernel, flops in calls.items()} == {
+        kernel: KERNEL_CALLS.get(kernel, 1) for kernel in FLOPS_PER_SCORE
+    }
     tq, tk = _padded(t, blocks.block_q), _padded(t, blocks.block_k)
-    expected = 2 * tq * tk * FLOPS_PER_SCORE[kernel] * _visited_fraction(blocks, tq, tk, causal)
-    assert compiled.cost_analysis()["flops"] == pytest.approx(expected, rel=1e-3)
+    scores = 2 * tq * tk * _visited_fraction(blocks, tq, tk, causal)
+    for kernel, per_score in FLOPS_PER_SCORE.items():
+        assert sum(calls[kernel]) == pytest.approx(scores * per_score, rel=1e-3), kernel
+    total = scores * sum(FLOPS_PER_SCORE.values())
+    assert compiled.cost_analysis()["flops"] == pytest.approx(total, rel=1e-3)
