@@ -4,6 +4,7 @@ its flag, and a checkpointed run that resumes exactly."""
 
 import functools
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -244,16 +245,20 @@ def _final_state(out, step=4):
 
 @pytest.mark.slow
 def test_vit_run_checkpoints_and_resumes_exactly(tmp_path, child_env):
-    """A digits run with the ViT critic, stopped at step 2 and resumed to 4, ends at the
-    parameters of the uninterrupted 4-step run (as tests/train/test_cli.py's 2-D resume test);
-    the checkpoints record the critic, so --resume needs no --critic."""
+    """A digits run with the ViT critic, resumed from its step-2 checkpoint (a copy of the run
+    without its step-4 one, as a run killed between the two leaves it), ends at the parameters of
+    the uninterrupted 4-step run; the checkpoints record the critic, so --resume needs no
+    --critic. (tests/train/test_cli.py resumes a --stop-at run of the conv critic.)"""
     flags = ["--dataset", "digits", "--critic", "vit", "--steps", "4", "--batch-size", "16"]
     flags += ["--log-every", "2", "--checkpoint-every", "2", "--eval-every", "4", "--no-progress"]
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     _cli(child_env, "train", *flags, "--out", str(whole))
-    assert _cli(child_env, "train", *flags, "--stop-at", "2", "--out", str(parts))["steps"] == 2
+    shutil.copytree(whole, parts)
+    shutil.rmtree(parts / "checkpoints" / "4")
     resumed = _cli(child_env, "train", "--resume", "--out", str(parts), "--no-progress")
     assert resumed["steps"] == 4 and resumed["dataset"] == "digits"
+    records = (parts / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(record)["step"] for record in records] == [2, 4]
     config, state = _final_state(parts)
     assert config.critic == "vit" and len(state.d_params["blocks"]) == VIT.depth
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(_final_state(whole)[1]), strict=True):
