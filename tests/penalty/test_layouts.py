@@ -73,8 +73,8 @@ def all_variants(penalty_of, params, tangent):
     out = {}
     for kind, second_order in VARIANTS:
         loss = functools.partial(penalty_of, kind=kind, second_order=second_order)
-        value, grads = jax.value_and_grad(loss)(params)
-        out[kind, second_order] = (value, grads, jax.jvp(jax.grad(loss), (params,), (tangent,))[1])
+        (value, grads), (_, hvp) = jax.jvp(jax.value_and_grad(loss), (params,), (tangent,))
+        out[kind, second_order] = (value, grads, hvp)
     return out
 
 

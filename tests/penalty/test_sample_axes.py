@@ -61,8 +61,7 @@ def one_device(kind):
 
 def _value_grad_hvp(loss, params):
     direction = jax.tree.map(lambda a: jnp.cos(jnp.arange(a.size).reshape(a.shape)), params)
-    value, grads = jax.value_and_grad(loss)(params)
-    _, hvp = jax.jvp(jax.grad(loss), (params,), (direction,))
+    (value, grads), (_, hvp) = jax.jvp(jax.value_and_grad(loss), (params,), (direction,))
     return value, grads, hvp
 
 

@@ -96,8 +96,7 @@ def problem(name):
 def figures(penalty_fn, apply, params, x, tangent):
     """(value, parameter gradients, Hessian-vector product along ``tangent``)."""
     loss = lambda p: penalty_fn(functools.partial(apply, p), x)
-    value, grads = jax.value_and_grad(loss)(params)
-    _, hvp = jax.jvp(jax.grad(loss), (params,), (tangent,))
+    (value, grads), (_, hvp) = jax.jvp(jax.value_and_grad(loss), (params,), (tangent,))
     return value, grads, hvp
 
 
