@@ -1,6 +1,15 @@
-"""Independent float64 numpy oracles for per-sample norms and penalties."""
+"""Independent oracles: float64 numpy norms and penalties per sample, and JAX's own derivatives
+of a loss in its parameters."""
 
+import jax
 import numpy as np
+
+
+def value_grad_hvp(loss, params, tangent):
+    """``loss(params)``, its gradient and its Hessian-vector product along ``tangent``, from one
+    ``jax.jvp`` of ``jax.value_and_grad`` (whose primal is the value and gradient)."""
+    (value, grads), (_, hvp) = jax.jvp(jax.value_and_grad(loss), (params,), (tangent,))
+    return value, grads, hvp
 
 
 def rows64(tree_leaves):

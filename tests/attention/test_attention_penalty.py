@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import fastgp
+import oracles
 
 KINDS = ["wgan-gp", "wgan-lp", "r1"]
 HEADS, HEAD_DIM, WIDTH, TOKENS, PATCH = 2, 32, 32, 24, 6
@@ -74,9 +75,7 @@ def penalty_fn(attention, penalty, **kw):
 
 def value_grad_hvp(loss, params, x, direction):
     """The loss, its parameter gradients and the HVP along ``direction``."""
-    of_params = jax.value_and_grad(lambda p: loss(p, x))
-    (value, grads), (_, hvp) = jax.jvp(of_params, (params,), (direction,))
-    return value, grads, hvp
+    return oracles.value_grad_hvp(lambda p: loss(p, x), params, direction)
 
 
 compiled_value_grad_hvp = jax.jit(value_grad_hvp, static_argnums=0)

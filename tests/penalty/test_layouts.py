@@ -25,6 +25,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import fastgp
+from oracles import value_grad_hvp
 
 B, T, C, WIDTH, HEADS = 8, 16, 4, 8, 2
 RTOL = 1e-5
@@ -74,8 +75,7 @@ def all_variants(penalty_of, params, tangent):
     out = {}
     for kind, second_order in VARIANTS:
         loss = functools.partial(penalty_of, kind=kind, second_order=second_order)
-        (value, grads), (_, hvp) = jax.jvp(jax.value_and_grad(loss), (params,), (tangent,))
-        out[kind, second_order] = (value, grads, hvp)
+        out[kind, second_order] = value_grad_hvp(loss, params, tangent)
     return out
 
 

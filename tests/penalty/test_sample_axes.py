@@ -16,6 +16,7 @@ from jax.sharding import PartitionSpec as P
 import fastgp
 from fastgp import penalty
 from fastgp._approximate.api import perturb
+from oracles import value_grad_hvp
 
 B, T, C, HIDDEN = 8, 16, 3, 12
 RTOL = 1e-5
@@ -61,8 +62,7 @@ def one_device(kind):
 
 def _value_grad_hvp(loss, params):
     direction = jax.tree.map(lambda a: jnp.cos(jnp.arange(a.size).reshape(a.shape)), params)
-    (value, grads), (_, hvp) = jax.jvp(jax.value_and_grad(loss), (params,), (direction,))
-    return value, grads, hvp
+    return value_grad_hvp(loss, params, direction)
 
 
 def manual_mesh(shape, names):

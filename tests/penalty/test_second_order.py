@@ -18,6 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 from fastgp import penalty
 from fastgp._penalty import reference
+from oracles import value_grad_hvp
 
 KINDS = ["wgan-gp", "wgan-lp", "r1"]
 
@@ -141,14 +142,14 @@ def assert_close(ours, ref, rtol):
     np.testing.assert_allclose(ours, ref, rtol=0, atol=rtol * scale)
 
 
+def orders(fn, params, tangent):
+    """fn's value, gradient, HVP and contracted third derivative along ``tangent``."""
+    return *value_grad_hvp(fn, params, tangent), third(fn, params, tangent)
+
+
 def all_orders(fn, params, tangent):
-    """fn's value, gradient, HVP and contracted third derivative, as one compiled program."""
-
-    def orders(p, t):
-        (value, grad), (_, hessian_t) = jax.jvp(jax.value_and_grad(fn), (p,), (t,))
-        return value, grad, hessian_t, third(fn, p, t)
-
-    return jax.jit(orders)(params, tangent)
+    """:func:`orders`, as one compiled program."""
+    return jax.jit(functools.partial(orders, fn))(params, tangent)
 
 
 def check_all_orders(ours, naive, params, rtol):
@@ -279,7 +280,7 @@ def test_sharded_on_4_devices_equals_one_device_to_third_order(second_order):
             axis_name="data",
             second_order=second_order,
         )
-        return fn(p), jax.grad(fn)(p), hvp(fn, p, t), third(fn, p, t)
+        return orders(fn, p, t)
 
     sharded = jax.jit(
         jax.shard_map(

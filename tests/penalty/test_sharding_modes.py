@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 from benchmarks.tpu.collectives import arrays_moved
 from fastgp import penalty
 from fastgp._penalty import reference
+from oracles import value_grad_hvp
 
 BATCH = 16
 KERNEL_BACKENDS = ["interpret", "tpu-interpret"]
@@ -96,8 +97,7 @@ def problem(name):
 def figures(penalty_fn, apply, params, x, tangent):
     """(value, parameter gradients, Hessian-vector product along ``tangent``)."""
     loss = lambda p: penalty_fn(functools.partial(apply, p), x)
-    (value, grads), (_, hvp) = jax.jvp(jax.value_and_grad(loss), (params,), (tangent,))
-    return value, grads, hvp
+    return value_grad_hvp(loss, params, tangent)
 
 
 @functools.cache
