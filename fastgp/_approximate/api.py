@@ -136,7 +136,7 @@ def approximate_r1(
         global batch, so the value under ``shard_map`` equals the single-device one.
       sigma: standard deviation of the noise (finite, > 0; may be traced). ``x + sigma * eps``
         is formed in float32 and cast to each leaf's dtype, so in bf16 it is rounded to bf16.
-      weight: lambda (finite; may be traced). Required, with no default: the R1 weight it
+      weight: lambda (finite, >= 0; may be traced). Required, with no default: the R1 weight it
         stands for is ``weight * sigma**2``, so no single value fits every sigma.
       axis_name: inside ``shard_map``, the mesh axes that split the batch: noise is drawn per
         global sample and the mean is over the global batch; ``()`` for a per-shard value from

@@ -181,7 +181,8 @@ gradient_penalty = _penalty_alone(
       x: (B, ...) float array or pytree of them (f32, bf16, f16; f64 with x64 on ``"xla"``).
       kind: ``"wgan-gp"`` (two-sided), ``"wgan-lp"`` (one-sided) or ``"r1"`` (zero-centred).
       target: relative target norm t (static, > 0); ``kind="r1"`` ignores it.
-      weight: lambda (may be traced, e.g. a schedule); 10 by default.
+      weight: lambda (>= 0; may be traced, e.g. a schedule, and is then not checked); 10 by
+        default.
       backend: ``"auto"``, ``"pallas"``, ``"interpret"``, ``"tpu-interpret"``,
         ``"gpu-interpret"`` or ``"xla"`` (see ``fastgp._penalty.binding``).
       axis_name: inside ``shard_map``, the mesh axes that split the batch: the mean is then over

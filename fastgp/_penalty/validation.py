@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from fastgp._backends import BACKENDS, check_backend_for_manual_axes
 from fastgp._penalty.kinds import KINDS
@@ -97,12 +98,46 @@ def check_choice(name: str, value: Any, choices: Collection[Any]) -> None:
 
 
 def check_axis_name(axis_name: AxisName, what: str = "axis_name") -> None:
-    """None, a mesh axis name, or a tuple of them (``()`` for a deliberate per-shard value)."""
+    """None, a mesh axis name, or a tuple of them (``()`` for a deliberate per-shard value), each
+    bound where the call is traced (:func:`require_bound_axes`)."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     if axis_name is not None and not all(isinstance(n, str) and n for n in names):
         raise TypeError(
             f"{what} must be None, a mesh axis name or a tuple of names, got {axis_name!r}"
         )
+    require_bound_axes(axis_name, what)
+
+
+AXIS_ROLES = {
+    "axis_name": "the mesh axis that splits the batch (the mean is then over the global batch)",
+    "sample_axis_name": "the mesh axis that splits each sample's tokens, rows or features (each "
+    "norm then sums over it)",
+}
+
+
+def require_bound_axes(axis_name: AxisName, what: str = "axis_name") -> None:
+    """A ValueError naming every axis of ``axis_name`` that no enclosing ``shard_map`` (or
+    ``vmap``/``pmap`` axis) binds here, where a collective over it would raise JAX's
+    ``NameError: unbound axis name``."""
+    unbound = []
+    for name in collective_axes(axis_name):
+        try:
+            lax.axis_size(name)
+        except NameError:
+            unbound.append(name)
+    if not unbound:
+        return
+    one = len(unbound) == 1
+    spelled = unbound[0] if one else tuple(unbound)
+    noun, them = ("the mesh axis", "it") if one else ("the mesh axes", "them")
+    raise ValueError(
+        f"{what}={axis_name!r} names {noun} {spelled!r}, which no enclosing jax.shard_map binds "
+        f"here. {what} is {AXIS_ROLES.get(what, 'a mesh axis')}; it applies only inside "
+        f"jax.shard_map over a mesh that has {them}: call this function inside "
+        f"jax.shard_map(..., mesh=mesh) with {spelled!r} in mesh.axis_names. Under plain "
+        f"jax.jit with sharded arrays the arrays are global, so every shard is already in: "
+        f"leave {what}=None there."
+    )
 
 
 def check_mesh_axes(
@@ -163,7 +198,7 @@ def check_target(target: float) -> float:
 
 
 def check_weight(weight: float | jax.Array) -> float | jax.Array:
-    """Weights may be traced (schedules); concrete ones must be finite."""
+    """Weights may be traced (schedules, taken as given); concrete ones must be finite, >= 0."""
     if isinstance(weight, jax.core.Tracer):
         return weight
     try:
@@ -172,6 +207,11 @@ def check_weight(weight: float | jax.Array) -> float | jax.Array:
         raise TypeError(f"weight must be a real scalar, got {weight!r}") from err
     if not math.isfinite(value):
         raise ValueError(f"weight must be finite, got {value}")
+    if value < 0:
+        raise ValueError(
+            f"weight must be >= 0, got {value}: the penalty is added to the critic's loss, so a "
+            f"negative weight rewards steep gradients instead of penalising them"
+        )
     return weight
 
 

@@ -335,6 +335,12 @@ def test_bad_arguments_are_named():
         approximate_r1(critic, x, key, sigma=cast(Any, "0.1"), weight=1.0)
     with pytest.raises(ValueError, match="weight must be finite"):
         approximate_r1(critic, x, key, sigma=0.1, weight=float("nan"))
+    with pytest.raises(ValueError, match=r"weight must be >= 0, got -1.0.*rewards steep gradients"):
+        approximate_r1(critic, x, key, sigma=0.1, weight=-1.0)
+    with pytest.raises(ValueError, match=r"axis_name='data' names the mesh axis 'data', which no"):
+        approximate_r1(critic, x, key, sigma=0.1, weight=1.0, axis_name="data")
+    with pytest.raises(ValueError, match=r"inside jax.shard_map\(..., mesh=mesh\) with 'seq'"):
+        approximate_r1(critic, x, key, sigma=0.1, weight=1.0, sample_axis_name="seq")
     with pytest.raises(ValueError, match=r"scores of shape \(4,\) or \(4, 1\)"):
         approximate_r1(lambda y: y, x, key, sigma=0.1, weight=1.0)
     with pytest.raises(ValueError, match="every leaf must share the leading batch axis"):
@@ -356,3 +362,6 @@ def test_traced_sigma_and_weight_are_allowed():
     np.testing.assert_allclose(
         run(0.05, 3.0), approximate_r1(critic, x, key, sigma=0.05, weight=3.0), rtol=1e-5
     )
+    # zero is allowed; a traced weight is taken as given (a schedule's value is not checked)
+    assert float(approximate_r1(critic, x, key, sigma=0.05, weight=0.0)) == 0.0
+    np.testing.assert_allclose(run(0.05, -3.0), -run(0.05, 3.0), rtol=1e-6)

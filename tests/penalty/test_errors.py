@@ -1,9 +1,14 @@
 """Bad input gets an error that names the problem."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import pytest
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
 
+import fastgp
 from fastgp import penalty
 from fastgp._penalty import reference
 
@@ -93,6 +98,95 @@ def test_traced_weight_is_allowed():
         lambda w: penalty.gradient_penalty(critic, jnp.ones((1, 4)), weight=w, backend="xla")
     )(2.0)
     assert float(value) == pytest.approx(2.0)  # (2 - 1)^2 * 2
+    # a traced weight is taken as given, with no check: a negative schedule value is the caller's
+    negative = jax.jit(lambda w: penalty.penalty_from_grads(jnp.ones((1, 4)), weight=w))(-2.0)
+    assert float(negative) == pytest.approx(-2.0)
+
+
+WEIGHTED = {
+    "gradient_penalty": lambda **kw: penalty.gradient_penalty(critic, jnp.ones((1, 4)), **kw),
+    "gradient_penalty_and_norms": lambda **kw: penalty.gradient_penalty_and_norms(
+        critic, jnp.ones((1, 4)), **kw
+    )[0],
+    "penalty_from_grads": lambda **kw: penalty.penalty_from_grads(jnp.ones((1, 4)), **kw),
+    "penalty_and_norms_from_grads": lambda **kw: penalty.penalty_and_norms_from_grads(
+        jnp.ones((1, 4)), **kw
+    )[0],
+}
+
+
+@pytest.mark.parametrize("name", list(WEIGHTED))
+@pytest.mark.parametrize("weight", [-1.0, -1e-8, jnp.float32(-3.0)])
+def test_a_negative_weight_is_refused_and_zero_is_allowed(name, weight):
+    with pytest.raises(ValueError, match=r"weight must be >= 0.*rewards steep gradients"):
+        WEIGHTED[name](weight=weight)
+    assert float(WEIGHTED[name](weight=0.0)) == 0.0
+    assert float(WEIGHTED[name](weight=2.0)) == pytest.approx(2.0)  # (2 - 1)^2 * 2
+
+
+AXIS_NAMED = {
+    "gradient_penalty": lambda **kw: penalty.gradient_penalty(critic, jnp.ones((4, 3)), **kw),
+    "gradient_penalty/reverse": lambda **kw: penalty.gradient_penalty(
+        critic, jnp.ones((4, 3)), second_order="reverse", **kw
+    ),
+    "penalty_from_grads": lambda **kw: penalty.penalty_from_grads(jnp.ones((4, 3)), **kw),
+    "grad_norms": lambda **kw: penalty.grad_norms(jnp.ones((4, 3)), **kw),
+    "interpolate": lambda **kw: penalty.interpolate(KEY, jnp.ones((4, 3)), jnp.ones((4, 3)), **kw),
+    "approximate_r1": lambda **kw: fastgp.approximate_r1(
+        critic, jnp.ones((4, 3)), KEY, sigma=0.1, weight=1.0, **kw
+    ),
+}
+ROLES = {
+    "axis_name": "splits the batch (the mean is then over the global batch)",
+    "sample_axis_name": "splits each sample",
+}
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize(
+    "name,what",
+    [
+        (name, what)
+        for name in AXIS_NAMED
+        for what in ROLES
+        if (name, what) != ("grad_norms", "axis_name")
+    ],
+)
+def test_an_axis_name_outside_shard_map_is_a_fastgp_error_naming_it(name, what, jit):
+    """Outside shard_map (eagerly, or under jax.jit with no mesh axis bound) a named axis was
+    JAX's ``NameError: unbound axis name``; it is a ValueError that names the axis, says what the
+    argument is for and where it applies, and that plain jax.jit needs none (grad_norms takes
+    only sample_axis_name)."""
+    call = functools.partial(AXIS_NAMED[name], **{what: "data"})
+    with pytest.raises(ValueError) as err:
+        jax.jit(call)() if jit else call()
+    message = str(err.value)
+    assert f"{what}='data' names the mesh axis 'data'" in message
+    assert ROLES[what] in message
+    assert "inside jax.shard_map(..., mesh=mesh) with 'data' in mesh.axis_names" in message
+    assert "Under plain jax.jit with sharded arrays" in message
+    assert f"leave {what}=None" in message
+
+
+def test_only_the_unbound_axes_of_a_tuple_are_named():
+    mesh = jax.make_mesh((2,), ("data",), axis_types=(AxisType.Auto,))
+    step = jax.shard_map(
+        lambda x: penalty.gradient_penalty(critic, x, axis_name=("data", "model")),
+        mesh=mesh,
+        in_specs=P("data"),
+        out_specs=P(),
+    )
+    with pytest.raises(ValueError, match=r"names the mesh axis 'model', which no enclosing"):
+        jax.jit(step)(jnp.ones((4, 3)))
+    # the same spelling with every axis bound is the global-batch mean, as on one device
+    bound = jax.shard_map(
+        lambda x: penalty.gradient_penalty(critic, x, axis_name="data"),
+        mesh=mesh,
+        in_specs=P("data"),
+        out_specs=P(),
+    )
+    x = jax.random.normal(KEY, (4, 3))
+    assert float(jax.jit(bound)(x)) == pytest.approx(float(penalty.gradient_penalty(critic, x)))
 
 
 def test_pallas_backend_on_a_cpu_lowering_says_what_to_use_instead():
