@@ -209,6 +209,61 @@ def test_an_unnamed_axis_is_refused_even_when_another_is_named():
         jax.jit(step)(*placed(mesh, P(), params), *placed(mesh, P("data", "seq"), real))
 
 
+def forgetful_step(name, params, key, **names):
+    """``name`` on x split over ("data", "seq") inside shard_map, with the axes ``names`` gives."""
+
+    def step(p, x, f):
+        if name == "interpolate":
+            return penalty.interpolate(key, x, f, **names)
+        if name == "approximate_r1":  # with the noisy points it drew (test below)
+            value = fastgp.approximate_r1(
+                lambda y: critic(p, y, "seq"), x, key, sigma=0.1, weight=1.0, **names
+            )
+            return value, perturb(key, x, 0.1, names.get("axis_name"), "seq")
+        return penalty.gradient_penalty(lambda y: critic(p, y, "seq"), x, **names)
+
+    mesh = manual_mesh((2, 4), ("data", "seq"))
+    spec = P("data", "seq")
+    out = {"interpolate": spec, "approximate_r1": (P(), spec)}.get(name, P())
+    run = jax.shard_map(step, mesh=mesh, in_specs=(P(), spec, spec), out_specs=out)
+    _, real, fake = init()
+    return jax.jit(run)(*placed(mesh, P(), params), *placed(mesh, spec, real, fake))
+
+
+@pytest.mark.parametrize("name", ["gradient_penalty", "approximate_r1", "interpolate"])
+def test_a_forgotten_batch_axis_is_refused_when_the_sample_axis_is_named(name):
+    """The mirror of the case above: the tokens' axis "seq" named, the batch's axis "data"
+    forgotten (the mean would be this shard's, and every shard would draw the same alphas or
+    noise). The error names "data" and both of its spellings; the batch-axis one gives the
+    one-device value, and the sample-axis one, taken as written, is refused, never a wrong
+    value."""
+    params, real, fake = init()
+    key = jax.random.PRNGKey(1)
+    with pytest.raises(ValueError) as err:
+        forgetful_step(name, params, key, sample_axis_name="seq")
+    message = str(err.value)
+    assert "mesh axes ('data',)" in message
+    assert "neither axis_name=None nor sample_axis_name='seq' names" in message
+    assert "axis_name='data' for data parallelism" in message
+    assert "sample_axis_name='data' for sequence parallelism" in message
+    with pytest.raises(ValueError, match=r"\('seq',\).*neither"):
+        forgetful_step(name, params, key, sample_axis_name="data")
+    if name != "interpolate":  # the critic's scores vary over "data": not whole-sample scores
+        with pytest.raises(ValueError, match=r"scores vary over the sample axes \('data',\)"):
+            forgetful_step(name, params, key, sample_axis_name=("seq", "data"))
+    got = forgetful_step(name, params, key, axis_name="data", sample_axis_name="seq")
+    if name == "interpolate":
+        want = penalty.interpolate(key, real, fake)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-6)
+    elif name == "gradient_penalty":
+        want = fastgp.naive_gradient_penalty(lambda y: critic(params, y), real)
+        np.testing.assert_allclose(got, want, rtol=RTOL)
+    else:
+        value, noisy = got
+        want = jnp.mean((critic(params, noisy) - critic(params, real)) ** 2)
+        np.testing.assert_allclose(value, want, rtol=RTOL)
+
+
 def test_partial_scores_and_an_axis_of_both_kinds_are_refused():
     params, real, _ = init()
     mesh = manual_mesh((4,), ("seq",))
