@@ -7,7 +7,7 @@ tangent and VJP against ``jax.jvp``/``jax.vjp`` of it, the second-order passes a
 derivatives of the dense tangent pass; float32 at rtol 1e-5 and bf16 against the float32 oracle.
 Cases: the TPU set with lengths a multiple of 16 (Triton's smallest matmul), blocks from
 ``gpu_blocks``, so that several query and key blocks, causal skipping, empty rows and a key
-block no query sees are all reached.
+block no query sees are all reached; and the TPU set's cases at a non-zero query offset.
 """
 
 import dataclasses
@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 from test_attention import RTOL, derivatives, pair, rel_err
 from test_attention_kernels import (
     CASES,
+    OFFSET_CASES,
     SCALE,
     Case,
     assert_matches,
@@ -48,16 +49,24 @@ def gpu_case(case: Case) -> Case:
 GPU_CASES = [gpu_case(c) for c in CASES[:3]] + [
     gpu_case(Case(1, 2, 48, 32, 32, 32, True, 0, 0, "none")),  # short: blocks of 16 and 32
 ]
-# make check runs the two cases that reach every masking path; make test all four.
+# make check runs the two cases that reach every masking path; make test all four. The TPU
+# set's offset cases keep their blocks of 32 (two query blocks, three or four key blocks), a
+# size Triton takes, and run in both.
 RUNS = [
     pytest.param(case, marks=[] if case in GPU_CASES[1:3] else [pytest.mark.slow])
     for case in GPU_CASES
-]
+] + OFFSET_CASES
 
 
 def run(name, case, *args):
     return gpu.PASSES[name](
-        *args, scale=SCALE, causal=case.causal, block_q=case.bq, block_k=case.bk, interpret=True
+        *args,
+        scale=SCALE,
+        causal=case.causal,
+        block_q=case.bq,
+        block_k=case.bk,
+        interpret=True,
+        q_offset=case.q_offset,
     )
 
 

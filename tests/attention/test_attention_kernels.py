@@ -5,7 +5,9 @@ the VJP against ``jax.vjp`` of it, in Pallas interpret mode and TPU interpret mo
 (``pltpu.InterpretParams``), float32 at rtol 1e-5, bf16 against the float32 oracle at bf16
 tolerance; the tangent/VJP pair against each other (<tangent(t), g> = <t, vjp(g)>); rows with no
 valid key (causal row 0 with key 0 masked, a batch element with every key masked) give exact
-zeros and nothing non-finite. The AOT tests compile each kernel for real TPU generations.
+zeros and nothing non-finite; queries at a non-zero offset among the keys (a sequence shard's),
+with several query and key blocks, in every pass. The AOT tests compile each kernel for real
+TPU generations.
 """
 
 import dataclasses
@@ -42,11 +44,13 @@ class Case:
     bq: int
     bk: int
     empty: str  # which rows have no valid key: "none", "first" (causal row 0), "batch" (b = 1)
+    q_offset: int = 0  # the first query's position among the keys (a sequence shard's start)
 
     def __str__(self) -> str:
         kind = "causal" if self.causal else "full"
+        offset = f"-at{self.q_offset}" if self.q_offset else ""
         return (
-            f"b{self.b}h{self.h}-q{self.tq}k{self.tk}-d{self.d}v{self.dv}-{kind}"
+            f"b{self.b}h{self.h}-q{self.tq}k{self.tk}-d{self.d}v{self.dv}-{kind}{offset}"
             f"-bq{self.bq}bk{self.bk}-{self.empty}"
         )
 
@@ -57,18 +61,24 @@ CASES = [
     Case(2, 2, 256, 512, 128, 64, True, 128, 256, "batch"),  # Tk > Tq: a key block no query sees
     Case(1, 2, 48, 40, 32, 32, True, 48, 40, "none"),  # whole short lengths as one block
 ]
+# A sequence shard's queries at a non-zero offset among the keys, several query and key blocks
+# each, causal, the tail keys padded: the causal skips (the last key block a query block sees,
+# the first query block that sees a key block) must add the offset. One offset a whole number
+# of blocks (the last of two sequence shards), one not.
+OFFSET_CASES = [
+    Case(1, 2, 64, 128, 32, 32, True, 32, 32, "none", q_offset=64),
+    Case(1, 2, 64, 96, 32, 32, True, 32, 32, "none", q_offset=24),
+]
 MODES = {"interpret": True, "tpu-interpret": pltpu.InterpretParams()}
 SCALE = 0.3
 
 
-def naive(q, k, v, key_mask, causal, scale):
+def naive(q, k, v, key_mask, causal, scale, q_offset=0):
     """Masked-softmax attention (O, logsumexp) in plain jnp, differentiable to any order; a row
-    with no valid key gives O = 0, L = 0 (double-where guards keep its derivatives finite)."""
+    with no valid key gives O = 0, L = 0 (double-where guards keep its derivatives finite).
+    Causal: query i (at position q_offset + i among the keys) sees key j <= q_offset + i."""
     s = scale * jnp.einsum("bhqd,bhkd->bhqk", q, k, precision="highest")
-    tq, tk = s.shape[-2:]
-    valid = key_mask[:, None, None, :] != 0
-    if causal:
-        valid = valid & (jnp.arange(tk)[None, :] <= jnp.arange(tq)[:, None])
+    valid = visible(key_mask, causal, q_offset, *s.shape[-2:])
     m = jax.lax.stop_gradient(jnp.max(jnp.where(valid, s, -jnp.inf), -1, keepdims=True))
     m = jnp.where(jnp.isfinite(m), m, 0.0)
     e = jnp.exp(jnp.where(valid, s - m, -jnp.inf))
@@ -77,6 +87,15 @@ def naive(q, k, v, key_mask, causal, scale):
     safe = jnp.where(some, total, 1.0)
     o = jnp.einsum("bhqk,bhkd->bhqd", e / safe, v, precision="highest")
     return o, jnp.where(some, m + jnp.log(safe), 0.0)[..., 0]
+
+
+def visible(key_mask, causal, q_offset, tq, tk):
+    """(B, 1, Tq, Tk) bool: the valid keys, and if causal those at or before each query's
+    position q_offset + i."""
+    valid = key_mask[:, None, None, :] != 0
+    if causal:
+        valid = valid & (jnp.arange(tk)[None, :] <= q_offset + jnp.arange(tq)[:, None])
+    return valid
 
 
 def key_mask_for(case: Case) -> np.ndarray:
@@ -115,7 +134,12 @@ def inputs(case: Case, dtype=jnp.float32, seed=0):
 
 def options(case: Case, interpret):
     return dict(
-        scale=SCALE, causal=case.causal, block_q=case.bq, block_k=case.bk, interpret=interpret
+        scale=SCALE,
+        causal=case.causal,
+        block_q=case.bq,
+        block_k=case.bk,
+        interpret=interpret,
+        q_offset=case.q_offset,
     )
 
 
@@ -131,11 +155,13 @@ def close(actual, expected, rtol):
 
 
 def oracle(case, mask):
-    return functools.partial(naive, key_mask=mask, causal=case.causal, scale=SCALE)
+    return functools.partial(
+        naive, key_mask=mask, causal=case.causal, scale=SCALE, q_offset=case.q_offset
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", CASES + OFFSET_CASES, ids=str)
 def test_forward_matches_naive_attention(case, mode):
     p, _, _, _, mask = inputs(case)
     o, lse = flash_forward(p["q"], p["k"], p["v"], mask, **options(case, MODES[mode]))
@@ -150,7 +176,7 @@ def test_forward_matches_naive_attention(case, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", CASES + OFFSET_CASES, ids=str)
 def test_tangent_matches_jvp_of_naive_attention(case, mode):
     p, t, _, _, mask = inputs(case)
     fn = oracle(case, mask)
@@ -167,7 +193,7 @@ def test_tangent_matches_jvp_of_naive_attention(case, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", CASES + OFFSET_CASES, ids=str)
 def test_vjp_matches_vjp_of_naive_attention(case, mode):
     p, _, g_o, g_lse, mask = inputs(case)
     (o, lse), pullback = jax.vjp(oracle(case, mask), p["q"], p["k"], p["v"])
@@ -181,7 +207,7 @@ def test_vjp_matches_vjp_of_naive_attention(case, mode):
     assert np.all(np.asarray(grads[0])[empty.nonzero()[0], :, empty.nonzero()[1]] == 0)
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", CASES + OFFSET_CASES, ids=str)
 def test_vjp_is_the_transpose_of_the_tangent(case):
     """<tangent(t), (g_o, g_lse)> = <t, vjp(g_o, g_lse)> with the same saved o, lse."""
     p, t, g_o, g_lse, mask = inputs(case, seed=1)
@@ -235,16 +261,13 @@ def test_tpu_interpret_mode_finds_no_races():
 # --- Second order: the passes' derivatives in their primal inputs (q, k, v, o, lse) ----------
 
 
-def dense_tangent(q, k, v, o, lse, key_mask, dq, dk, dv, causal):
+def dense_tangent(q, k, v, o, lse, key_mask, dq, dk, dv, causal, q_offset=0):
     """The tangent pass as plain jnp at given (o, lse), every T_q x T_k array materialised: the
     oracle whose JAX derivatives in (q, k, v, o, lse) the second-order kernels must equal (its
     own value is held to jax.jvp of naive attention by the tangent tests above)."""
     mm = functools.partial(jnp.einsum, precision="highest")
     s = SCALE * mm("bhqd,bhkd->bhqk", q, k)
-    tq, tk = s.shape[-2:]
-    valid = key_mask[:, None, None, :] != 0
-    if causal:
-        valid = valid & (jnp.arange(tk)[None, :] <= jnp.arange(tq)[:, None])
+    valid = visible(key_mask, causal, q_offset, *s.shape[-2:])
     p = jnp.where(valid, jnp.exp(jnp.where(valid, s - lse[..., None], 0.0)), 0.0)
     ps = p * SCALE * (mm("bhqd,bhkd->bhqk", dq, k) + mm("bhqd,bhkd->bhqk", q, dk))
     mu = jnp.sum(ps, -1)
@@ -265,11 +288,11 @@ def second_order_inputs(case, dtype=jnp.float32, seed=3):
 def second_order_oracles(case, primal, mask, d, g, dot):
     """The three passes by JAX's autodiff of :func:`dense_tangent`, in float32."""
     primal, d, g, dot = (tuple(f32(x) for x in xs) for xs in (primal, d, g, dot))
-    tangent = lambda *p: dense_tangent(*p, mask, *d, case.causal)
+    tangent = lambda *p: dense_tangent(*p, mask, *d, case.causal, case.q_offset)
 
     def vjp(*p):  # the tangent's transpose at p: linear, so taken at zero
         zeros = tuple(jnp.zeros_like(x) for x in p[:3])
-        along = lambda *dd: dense_tangent(*p, mask, *dd, case.causal)
+        along = lambda *dd: dense_tangent(*p, mask, *dd, case.causal, case.q_offset)
         return jax.vjp(along, *zeros)[1](g)
 
     return {
@@ -298,12 +321,12 @@ def assert_matches(got, want, primal, rtol):
 
 
 # TPU interpret mode simulates the chip's memory: on the two cases that reach every masking path
-# in make check, on all of them in make test.
+# and the offset cases in make check, on all of them in make test.
 SECOND_ORDER_RUNS = [
     pytest.param(case, mode, marks=[pytest.mark.slow] if slow else [])
-    for case in CASES
+    for case in CASES + OFFSET_CASES
     for mode in MODES
-    for slow in [mode == "tpu-interpret" and case not in CASES[1:3]]
+    for slow in [mode == "tpu-interpret" and case in (CASES[0], CASES[3])]
 ]
 
 
@@ -321,7 +344,8 @@ def test_second_order_kernels_match_autodiff_of_the_dense_passes(case, mode):
 
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(c, marks=[] if c in CASES[1:3] else [pytest.mark.slow]) for c in CASES],
+    [pytest.param(c, marks=[] if c in CASES[1:3] else [pytest.mark.slow]) for c in CASES]
+    + OFFSET_CASES,
     ids=str,
 )
 def test_second_order_kernels_are_second_derivatives_of_naive_attention(case):
@@ -353,7 +377,7 @@ def test_second_order_kernels_are_second_derivatives_of_naive_attention(case):
         close(direct + chained, want, 1e-5)
 
 
-@pytest.mark.parametrize("case", CASES[1:3], ids=str)
+@pytest.mark.parametrize("case", CASES[1:3] + OFFSET_CASES, ids=str)
 def test_second_order_kernels_transpose_into_each_other(case):
     """<tangent_jvp(d, P_dot), g> = <P_dot, second_vjp(d, g)> = <vjp_jvp(g, P_dot), d>: the
     identities the rules' transposes rely on."""

@@ -26,6 +26,7 @@ from test_attention import derivatives, inputs, rel_err
 
 import fastgp
 import oracles
+from fastgp._attention import padded
 
 RTOL = 1e-5
 SEQ = P(None, "seq")
@@ -116,6 +117,18 @@ def test_the_kernels_with_the_tokens_split(case, backend):
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
     ours = in_shard_map(mask, causal, backend, check_vma=False)
     assert_same_derivatives(ours, naive(mask, causal), args, tangents)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "gpu-interpret"])
+def test_the_kernels_with_several_blocks_per_shard(backend, monkeypatch):
+    """128 queries a shard in blocks of 64 (the GPU kernels' own; the TPU family's forced down
+    from its 128-row minimum): each shard's two query blocks at causal offset 384 among eight key
+    blocks, the keys padded, every derivative against one device's naive attention."""
+    monkeypatch.setattr(padded, "_blocks", lambda backend, tq, tk, d, itemsize: (64, 64))
+    args, mask, tangents = inputs(1, 4 * 128, 4 * 128, 1, 16, padding=True)
+    args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
+    ours = in_shard_map(mask, True, backend, check_vma=False)
+    assert_same_derivatives(ours, naive(mask, True), args, tangents)
 
 
 EXPLICIT = {"batch x tokens": P("data", "seq"), "batch x heads": P("data", None, "seq")}
