@@ -24,8 +24,8 @@ import numpy as np  # noqa: E402
 from fastgp import distributed  # noqa: E402
 from fastgp._penalty import api as penalty_api  # noqa: E402
 from fastgp._penalty import second_order  # noqa: E402
+from fastgp.train import penalties, trainer  # noqa: E402
 from fastgp.train import selfcheck as check  # noqa: E402
-from fastgp.train import trainer  # noqa: E402
 from fastgp.train.models import Model  # noqa: E402
 from fastgp.train.naive_trainer import NaiveTrainer  # noqa: E402
 from fastgp.train.state import TrainConfig  # noqa: E402
@@ -136,8 +136,22 @@ def wrong_reduction(devices):
     def per_core_count(local_batch, axis_name=None):
         return honest_count(local_batch, None)
 
+    honest_grad, honest_penalty = (
+        trainer._packed_value_and_grad,
+        penalties.gradient_penalty_and_norms,
+    )
+
+    def scaled_grad(*args, **kwargs):  # every gradient 1.0001 times too large
+        value, grads = honest_grad(*args, **kwargs)
+        return value, jax.tree.map(lambda g: 1.0001 * g, grads)
+
+    def r1_penalty(*args, **kwargs):  # the wrong kind of penalty
+        return honest_penalty(*args, **{**kwargs, "kind": "r1"})
+
     patches = {
         "psum_twice_loss": [(trainer, "global_mean", psum_twice)],
+        "scaled_gradients": [(trainer, "_packed_value_and_grad", scaled_grad)],
+        "wrong_kind": [(penalties, "gradient_penalty_and_norms", r1_penalty)],
         "per_core_penalty": [
             (penalty_api, "global_mean", per_core_mean),
             (second_order, "global_mean", per_core_mean),

@@ -213,6 +213,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "decay_fraction": args.decay_fraction,
         "second_order": args.second_order,
         "critic": args.critic,
+        "loss": args.loss,
+        "gp_at": args.gp_at,
+        "approx_scale": args.approx_scale,
+        "gp_schedule": args.gp_schedule,
+        "gp_weight_final": args.gp_weight_final,
+        "gp_warmup": args.gp_warmup,
+        "lazy_adam": args.lazy_adam,
     }
     return {k: v for k, v in overrides.items() if v is not None}
 

@@ -16,10 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastgp._backends import BACKENDS
-from fastgp._penalty.kinds import KINDS
 from fastgp.penalty import SECOND_ORDER
 from fastgp.train import selfcheck, tune_command
 from fastgp.train.data import CHECK_DATASETS, DATASETS
+from fastgp.train.losses import LOSSES
+from fastgp.train.penalties import APPROXIMATE_SCALES, PLACEMENTS, WEIGHT_SCHEDULES
 from fastgp.train.recipes import default_config
 from fastgp.train.state import CONFIG_SECOND_ORDER, CRITICS, INT32_MAX, PRECISIONS, TRAIN_KINDS
 
@@ -48,13 +49,14 @@ RUN_FLAGS = {
 }
 
 TRAIN_HELP = """\
-Train a WGAN-GP with the sharded trainer and write metrics.jsonl, samples.npy, figure.png,
-summary.json and orbax checkpoints to --out. Defaults are the dataset's recipe
-(fastgp.train.recipes); what the recipes reach, and in what time, is in docs/trainer.md and
-benchmarks/results/. Nothing is downloaded. With --processes on CPU the processes talk over local
-TCP (gloo): a functional rehearsal of multi-host training, slower than one process.
-SIGTERM or Ctrl-C stops at the next log point with a checkpoint and the outputs (exit 128 + the
-signal number); a second one stops at once. One run at a time may use an --out."""
+Train a GAN (a WGAN-GP unless --loss and --gp-kind say otherwise) with the sharded trainer and
+write metrics.jsonl, samples.npy, figure.png, summary.json and orbax checkpoints to --out.
+Defaults are the dataset's recipe (fastgp.train.recipes); what the recipes reach, and in what
+time, is in docs/trainer.md and benchmarks/results/. Nothing is downloaded. With --processes on
+CPU the processes talk over local TCP (gloo): a functional rehearsal of multi-host training,
+slower than one process. SIGTERM or Ctrl-C stops at the next log point with a checkpoint and the
+outputs (exit 128 + the signal number); a second one stops at once. One run at a time may use an
+--out."""
 
 
 # --- argument types: each error names the value; argparse adds the flag ------------------------
@@ -198,6 +200,26 @@ def _add_critic_flag(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) ->
     )
 
 
+def _add_objective_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
+    """--loss and --gp-at, shared by train and check."""
+    _recipe_flag(
+        p,
+        defaults,
+        "--loss",
+        "GAN loss: wasserstein (WGAN), non-saturating (the logistic loss of StyleGAN2-ADA and "
+        "APT) or relativistic (the pairing loss softplus(D(fake) - D(real)) of R3GAN)",
+        choices=LOSSES,
+    )
+    p.add_argument(
+        "--gp-at",
+        choices=PLACEMENTS,
+        default=defaults.get("gp_at"),
+        help="where the penalty is taken: interpolates (the default of wgan-gp and wgan-lp), "
+        "real (R1; the default of r1 and approximate-r1), fake (R2) or real+fake (R1 + R2, each "
+        "with the full weight: R3GAN's gamma is twice --gp-weight)",
+    )
+
+
 def _add_training_flags(
     p: argparse.ArgumentParser, *, defaults: Mapping[str, Any], backend_help: str
 ) -> None:
@@ -220,14 +242,16 @@ def _add_training_flags(
     flag("--precision", "compute dtype of both networks", choices=tuple(PRECISIONS))
     flag(
         "--gp-kind",
-        "penalty: two-sided WGAN-GP, one-sided LP, R1, or (train only) approximate-r1, "
-        "the finite-difference R1 of fastgp.approximate_r1 with noise --gp-sigma (first-order "
-        "autodiff only; R1 with weight about gp_weight x sigma^2)",
-        choices=TRAIN_KINDS if tunable else KINDS,  # check: exact only
+        "penalty: two-sided WGAN-GP, one-sided LP, R1, or approximate-r1, the finite-difference "
+        "R1 of fastgp.approximate_r1 with noise --gp-sigma (first-order autodiff only; "
+        "--approx-scale says how --gp-weight reaches it)",
+        choices=TRAIN_KINDS,
     )
+    _add_objective_flags(p, defaults)
     flag(
         "--gp-every",
-        "apply the penalty on every k-th critic step, weight x k",
+        "apply the penalty on every k-th critic step, weight x k (StyleGAN2's lazy "
+        "regularisation: k = 16; see --lazy-adam)",
         type=_positive_int,
     )
     flag("--lr", "Adam learning rate of both networks", "lr_d", type=_number(0, open_low=True))
@@ -264,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_train_parser(sub: Any) -> None:
     """``fastgp train``: the recipe's flags, the parallel flags and the run's own."""
     train = sub.add_parser(
-        "train", help="train a WGAN-GP and write its outputs", description=TRAIN_HELP
+        "train",
+        help="train a GAN (WGAN-GP by default) and write its outputs",
+        description=TRAIN_HELP,
     )
     train.add_argument(
         "--dataset",
@@ -291,12 +317,53 @@ def _add_train_parser(sub: Any) -> None:
     _recipe_flag(
         train,
         {},
+        "--approx-scale",
+        "how --gp-weight reaches approximate-r1: lambda, APT's weight of "
+        "mean (D(x + sigma n) - D(x))^2, which is R1 with weight about lambda x sigma^2 (APT: 100 "
+        "with sigma 0.01); or r1, that penalty divided by sigma^2, so --gp-weight reads as an "
+        "exact R1 weight (the eps^2 scaling)",
+        choices=APPROXIMATE_SCALES,
+    )
+    _add_schedule_flags(train)
+    _recipe_flag(
+        train,
+        {},
         "--decay-fraction",
         "both learning rates decay linearly to 0 over this final fraction of --steps, 0 = constant",
         type=_number(0, 1),
     )
     _add_parallel_flags(train)
     _add_run_flags(train)
+
+
+def _add_schedule_flags(train: argparse.ArgumentParser) -> None:
+    """train's flags of the penalty weight over the run and of lazy regularisation's Adam."""
+    _recipe_flag(
+        train,
+        {},
+        "--gp-schedule",
+        "the penalty weight over the run: constant, or cosine (R3GAN's): a linear warm-up from 0 "
+        "over --gp-warmup steps, then a half cosine from --gp-weight to --gp-weight-final at "
+        "--steps",
+        choices=WEIGHT_SCHEDULES,
+    )
+    _recipe_flag(
+        train,
+        {},
+        "--gp-weight-final",
+        "the weight a cosine --gp-schedule ends at",
+        type=_number(0),
+    )
+    _recipe_flag(train, {}, "--gp-warmup", "generator steps of the schedule's warm-up", type=_int)
+    _recipe_flag(
+        train,
+        {},
+        "--lazy-adam",
+        "with --gp-every k > 1, correct the critic's Adam as StyleGAN2-ADA does: lr x k/(k+1), "
+        "each beta to the power k/(k+1)",
+        action="store_const",
+        const=True,
+    )
 
 
 def _add_run_flags(train: argparse.ArgumentParser) -> None:

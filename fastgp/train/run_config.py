@@ -40,6 +40,13 @@ FLAGS = {
     "lr_d": "--lr",
     "decay_fraction": "--decay-fraction",
     "critic": "--critic",
+    "loss": "--loss",
+    "gp_at": "--gp-at",
+    "approx_scale": "--approx-scale",
+    "gp_schedule": "--gp-schedule",
+    "gp_weight_final": "--gp-weight-final",
+    "gp_warmup": "--gp-warmup",
+    "lazy_adam": "--lazy-adam",
 }
 # Fields a resumed run may change: they do not alter what is computed, only how.
 CHANGEABLE_ON_RESUME = ("backend",)

@@ -26,6 +26,18 @@ from fastgp._backends import BACKENDS
 from fastgp._penalty.kinds import KINDS
 from fastgp._typing import Backend, Kind, SecondOrder
 from fastgp.penalty import SECOND_ORDER
+from fastgp.train.losses import LOSSES, Loss
+from fastgp.train.penalties import (
+    APPROXIMATE_SCALES,
+    PLACEMENTS,
+    WEIGHT_SCHEDULES,
+    ApproximateScale,
+    Placement,
+    WeightSchedule,
+    default_placement,
+    lazy_adam,
+    scheduled_weight,
+)
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 # "auto": fastgp.train.penalty_tuning picks one of SECOND_ORDER at start-up, before the Trainer.
@@ -53,19 +65,25 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """WGAN-GP training hyperparameters. ``batch_size`` is the GLOBAL batch (all devices).
+    """GAN training hyperparameters. ``batch_size`` is the GLOBAL batch (all devices).
 
-    One generator iteration is ``n_critic`` critic steps then one generator step. The penalty is
-    applied on every ``gp_every``-th critic step (counted over the whole run) with weight
-    ``gp_weight * gp_every`` (lazy regularisation, StyleGAN2). ``precision`` is the compute dtype
-    of both networks' ``apply``; parameters, optimiser state, losses and norms stay float32.
-    With ``decay_fraction > 0`` both learning rates stay constant, then decay linearly to 0 over
-    the last ``decay_fraction`` of ``total_steps`` generator iterations (the critic's schedule
-    counts its ``n_critic`` steps per iteration); ``total_steps`` is only used for that.
+    One generator iteration is ``n_critic`` critic steps then one generator step. ``loss`` is
+    the GAN loss (``fastgp.train.losses``). The penalty ``gp_kind`` is taken at ``gp_at``
+    (``fastgp.train.penalties``; None: the kind's usual points) and applied on every
+    ``gp_every``-th critic step (counted over the whole run) with weight ``gp_weight * gp_every``
+    (lazy regularisation, StyleGAN2), the critic's Adam corrected as StyleGAN2's when
+    ``lazy_adam``. ``gp_schedule="cosine"`` moves the weight from ``gp_weight`` to
+    ``gp_weight_final`` over ``total_steps`` after ``gp_warmup`` iterations of linear warm-up.
+    ``approx_scale`` says how ``gp_weight`` reaches ``approximate-r1``: as its lambda, or ("r1")
+    divided by ``gp_sigma**2`` so that it reads as an exact R1 weight. ``precision`` is the
+    compute dtype of both networks' ``apply``; parameters, optimiser state, losses and norms
+    stay float32. With ``decay_fraction > 0`` both learning rates stay constant, then decay
+    linearly to 0 over the last ``decay_fraction`` of ``total_steps`` generator iterations (the
+    critic's schedule counts its ``n_critic`` steps per iteration).
     ``second_order="auto"`` must be resolved (``fastgp.train.penalty_tuning``) before training.
-    ``gp_kind="approximate-r1"`` is ``fastgp.approximate_r1`` at the reals with noise ``gp_sigma``
-    (R1 with weight about ``gp_weight * gp_sigma**2``); it takes no input-gradient, so its norm
-    statistics are NaN, and ``second_order`` does not apply to it.
+    ``gp_kind="approximate-r1"`` is ``fastgp.approximate_r1`` at ``gp_at`` with noise
+    ``gp_sigma``; it takes no input-gradient, so its norm statistics are NaN, and
+    ``second_order`` does not apply to it.
     """
 
     batch_size: int = 64
@@ -86,6 +104,13 @@ class TrainConfig:
     decay_fraction: float = 0.0
     second_order: ConfigSecondOrder = "reverse-over-forward"
     critic: CriticName = "conv"
+    loss: Loss = "wasserstein"
+    gp_at: Placement | None = None
+    approx_scale: ApproximateScale = "lambda"
+    gp_schedule: WeightSchedule = "constant"
+    gp_weight_final: float | None = None
+    gp_warmup: int = 0
+    lazy_adam: bool = False
 
     def __post_init__(self) -> None:
         """Raise ConfigError naming the first invalid field(s), checked group by group."""
@@ -95,6 +120,12 @@ class TrainConfig:
         _check_seed(self)
         _check_second_order(self)
         _check_length(self)
+        _check_objective(self)
+
+    @property
+    def placement(self) -> Placement:
+        """Where the penalty is taken: ``gp_at``, or the kind's default points."""
+        return default_placement(self.gp_kind) if self.gp_at is None else self.gp_at
 
     @property
     def dtype(self) -> Any:
@@ -222,6 +253,63 @@ def _check_length(config: TrainConfig) -> None:
         )
 
 
+def _check_objective(config: TrainConfig) -> None:
+    """loss, gp_at, approx_scale and the weight schedule: known names and consistent values."""
+    for name, valid in (
+        ("loss", LOSSES),
+        ("gp_at", (None, *PLACEMENTS)),
+        ("approx_scale", APPROXIMATE_SCALES),
+        ("gp_schedule", WEIGHT_SCHEDULES),
+    ):
+        if getattr(config, name) not in valid:
+            raise ConfigError(
+                name, f"unknown {name} {getattr(config, name)!r}; expected one of {valid}"
+            )
+    if config.gp_kind == "approximate-r1" and config.placement == "interpolates":
+        raise ConfigError(
+            ("gp_kind", "gp_at"),
+            "approximate-r1 estimates R1's squared norm, not WGAN-GP's distance of the norm to "
+            "its target: take it at real, fake or real+fake",
+        )
+    _check_weight_schedule(config)
+    if config.lazy_adam and config.gp_every == 1:
+        raise ConfigError(
+            ("lazy_adam", "gp_every"),
+            "lazy_adam corrects Adam for a penalty applied every k > 1 critic steps; "
+            "set gp_every > 1",
+        )
+
+
+def _check_weight_schedule(config: TrainConfig) -> None:
+    """A cosine schedule needs gp_weight_final (finite, >= 0) and total_steps; gp_warmup is a
+    count below total_steps; a constant schedule takes no final weight."""
+    final, warmup = config.gp_weight_final, config.gp_warmup
+    if config.gp_schedule == "constant":
+        if final is not None:
+            raise ConfigError(
+                ("gp_weight_final", "gp_schedule"),
+                "gp_weight_final is the end of a weight schedule: set gp_schedule='cosine'",
+            )
+        return
+    if final is None or not (isinstance(final, (int, float)) and math.isfinite(final)) or final < 0:
+        raise ConfigError(
+            "gp_weight_final",
+            f"a cosine weight schedule needs gp_weight_final, a finite number >= 0, got {final!r}",
+        )
+    if config.total_steps is None:
+        raise ConfigError("total_steps", "a cosine weight schedule needs total_steps")
+    if (
+        not isinstance(warmup, int)
+        or isinstance(warmup, bool)
+        or not 0 <= warmup < config.total_steps
+    ):
+        raise ConfigError(
+            "gp_warmup",
+            f"gp_warmup must be an integer in [0, total_steps = {config.total_steps}), "
+            f"got {warmup!r}",
+        )
+
+
 class TrainState(NamedTuple):
     """Everything a run needs to continue; checkpoint it whole (a pytree of arrays).
 
@@ -252,13 +340,16 @@ def lr_schedule(lr: float, total: int | None, decay_fraction: float) -> Any:
 
 
 def optimizers(config: TrainConfig) -> tuple[Any, Any]:
-    """(generator, critic) optax Adam transformations (schedules per ``TrainConfig``)."""
-    b1, b2 = config.betas
+    """(generator, critic) optax Adam transformations (schedules per ``TrainConfig``; the
+    critic's corrected by ``penalties.lazy_adam`` when ``config.lazy_adam``)."""
     total, frac = config.total_steps, config.decay_fraction
     critic_total = None if total is None else total * config.n_critic
+    lr_d, betas_d = config.lr_d, config.betas
+    if config.lazy_adam:
+        lr_d, betas_d = lazy_adam(lr_d, betas_d, config.gp_every)
     return (
-        optax.adam(lr_schedule(config.lr_g, total, frac), b1, b2),
-        optax.adam(lr_schedule(config.lr_d, critic_total, frac), b1, b2),
+        optax.adam(lr_schedule(config.lr_g, total, frac), *config.betas),
+        optax.adam(lr_schedule(lr_d, critic_total, frac), *betas_d),
     )
 
 
@@ -289,10 +380,21 @@ def gp_schedule(config: TrainConfig, critic_index: Any) -> tuple[Any, float]:
 
     Every step when ``gp_every == 1`` (then ``apply`` is the Python ``True``); otherwise a bool
     (traced if ``critic_index`` is) that is true on multiples of ``gp_every``, weight scaled by k.
+    The weight follows ``config.gp_schedule`` over generator iterations (a Python float when
+    constant, else an array, traced with ``critic_index``).
     """
+    weight = config.gp_weight
+    if config.gp_schedule == "cosine":
+        weight = scheduled_weight(
+            config.gp_weight,
+            config.gp_weight_final,
+            config.gp_warmup,
+            config.total_steps,
+            critic_index // config.n_critic,
+        )
     if config.gp_every == 1:
-        return True, config.gp_weight
-    return critic_index % config.gp_every == 0, config.gp_weight * config.gp_every
+        return True, weight
+    return critic_index % config.gp_every == 0, weight * config.gp_every
 
 
 def index_sampler(data: Any) -> Callable[[jax.Array, int], jax.Array]:

@@ -8,7 +8,8 @@
     state, metrics = trainer.iteration(state)               # one, compiled without a loop
     samples = trainer.sample(state, key, n)                 # (n, ...) float32 generator output
     state, metrics = trainer.critic_step(state, real, step) # one sharded critic step (B, ...)
-    critic_grads, generator_grads = trainer.gradients(state)   # first grads, no update
+    metrics, grads = trainer.critic_gradients(state, step)  # critic step ``step``, no update
+    loss, grads = trainer.generator_gradients(state)        # the generator step, no update
 
 One generator iteration is ``n_critic`` critic steps then one generator step. Parameters and
 optimiser state are replicated (``P()``), batches are sharded over "data" (``P("data")``).
@@ -55,13 +56,13 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import approximate_r1
 from fastgp._backends import blocking, check_backend_for_manual_axes
 from fastgp.distributed import global_batch_slice, global_mean
-from fastgp.penalty import gradient_penalty_and_norms, interpolate
 from fastgp.train import diagnostics
 from fastgp.train.fusion import LOOP_SLOW_ON_CPU, default_fused, network_primitives
+from fastgp.train.losses import critic_terms, generator_terms, uses_real_in_generator
 from fastgp.train.models import Model
+from fastgp.train.penalties import placed_penalty
 from fastgp.train.state import (
     TrainConfig,
     TrainState,
@@ -131,6 +132,7 @@ class Trainer:
         self.mesh = mesh
         self.devices = devices
         self.local_batch = config.batch_size // devices
+        self._real_draws = config.n_critic + uses_real_in_generator(config.loss)
         check_backend_for_manual_axes(config.backend, (AXIS,))
         self.backend = config.backend
         self._opt_g, self._opt_d = optimizers(config)
@@ -146,7 +148,8 @@ class Trainer:
         self.critic_step = blocking(
             jax.jit(self._sharded(self._gathered_critic_step, (P(), P(AXIS), P()))), self.backend
         )
-        self.gradients = blocking(jax.jit(self._gradients), self.backend)
+        self.critic_gradients = blocking(jax.jit(self._critic_gradients), self.backend)
+        self.generator_gradients = blocking(jax.jit(self._generator_gradients), self.backend)
         self.sample = jax.jit(self._sample, static_argnums=2)
 
     # --- public (plus the jitted run, critic_step, gradients and sample set in __init__) -------
@@ -175,11 +178,18 @@ class Trainer:
         )
         return iteration(state, _shard(self._real_batches(state), self._batched))
 
-    def _gradients(self, state: TrainState) -> tuple[Any, Any]:
-        """(critic grads, generator grads) of the first critic step and of the generator step of
-        iteration ``state.iteration``, both at ``state``'s parameters (no update)."""
-        real = _shard(self._real_batches(state)[0], NamedSharding(self.mesh, P(AXIS)))
-        return self._sharded(self._local_gradients, (P(), P(AXIS)))(state, real)
+    def _critic_gradients(self, state: TrainState, step: Any) -> tuple[dict[str, Any], Any]:
+        """(gathered metrics, gradients) of critic step ``step`` of iteration ``state.iteration``
+        at ``state``'s parameters: what that step computes, without its update."""
+        real = lax.dynamic_index_in_dim(self._real_batches(state), step, keepdims=False)
+        real = _shard(real, NamedSharding(self.mesh, P(AXIS)))
+        return self._sharded(self._local_critic_gradients, (P(), P(AXIS), P()))(state, real, step)
+
+    def _generator_gradients(self, state: TrainState) -> tuple[jax.Array, Any]:
+        """(loss, gradients) of the generator step of iteration ``state.iteration`` at
+        ``state``'s parameters: what that step computes, without its update."""
+        real = _shard(self._real_batches(state), self._batched)
+        return self._sharded(self._local_generator_gradients, (P(), P(None, AXIS)))(state, real)
 
     # --- jit level -----------------------------------------------------------------------------
 
@@ -192,11 +202,13 @@ class Trainer:
         return jax.shard_map(fn, mesh=self.mesh, in_specs=in_specs, out_specs=P(), check_vma=True)
 
     def _real_batches(self, state: TrainState) -> jax.Array:
-        """(n_critic, B, ...) real data of this iteration's critic steps, GLOBAL batch.
+        """(n_critic, B, ...) real data of this iteration's critic steps, GLOBAL batch, and one
+        more batch, the generator step's, when the loss pairs fakes with reals (its key is that
+        of a critic step index ``n_critic``, the generator's).
 
-        One vmapped draw over the critic steps' keys (the same bits as one draw per key), so the
+        One vmapped draw over the steps' keys (the same bits as one draw per key), so the
         program does not grow with ``n_critic``."""
-        steps = jnp.arange(self.config.n_critic, dtype=jnp.int32)
+        steps = jnp.arange(self._real_draws, dtype=jnp.int32)
         keys = jax.vmap(lambda step: critic_keys(state.key, state.iteration, step)[0])(steps)
         draw = jax.vmap(lambda key: self.sample_real(key, self.config.batch_size))
         return draw(keys).astype(jnp.float32)
@@ -226,47 +238,28 @@ class Trainer:
         weight: Any,
         apply_gp: bool,
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """(penalty - W, aux): W = mean D(real) - mean D(fake) over the global batch."""
-        _, k_noise, k_alpha = keys
+        """(loss + penalty, aux): the GAN loss's critic terms averaged over the global batch;
+        the score gap is mean D(real) - mean D(fake) (the Wasserstein estimate)."""
+        _, k_noise, k_penalty = keys
         fake = self._fake(g_params, k_noise)
         critic = functools.partial(self._scores, d_params)
+        real_scores, fake_scores = critic(real), critic(fake)
         # One global mean of the differences (real and fake shards are the same size): one
-        # scalar all-reduced for W instead of two.
-        wasserstein = global_mean(critic(real) - critic(fake), AXIS)
-        if not apply_gp:
-            penalty, stats = jnp.float32(0.0), diagnostics.skipped_norm_stats(AXIS)
-        elif self.config.gp_kind == "approximate-r1":  # no input-gradient: no norms to report
-            cfg = self.config
-            penalty = approximate_r1(
-                critic,
-                real.astype(cfg.dtype),
-                k_alpha,
-                sigma=cfg.gp_sigma,
-                weight=weight,
-                axis_name=AXIS,
-            )
-            stats = diagnostics.skipped_norm_stats(AXIS)
+        # scalar all-reduced for the gap, which is minus the Wasserstein loss.
+        gap = global_mean(real_scores - fake_scores, AXIS)
+        if self.config.loss == "wasserstein":
+            loss = -gap
         else:
-            cfg = self.config
-            points = (
-                real if cfg.gp_kind == "r1" else interpolate(k_alpha, real, fake, axis_name=AXIS)
+            loss = global_mean(critic_terms(self.config.loss, real_scores, fake_scores), AXIS)
+        penalty, stats = jnp.float32(0.0), diagnostics.skipped_norm_stats(AXIS)
+        if apply_gp:
+            penalty, norms = placed_penalty(
+                self.config, critic, real, fake, k_penalty, weight, self.backend, AXIS
             )
-            # In the compute dtype: the input-gradients, the penalty's operand, are then bf16
-            # under bf16 and reach the kernel as such (float32 sums inside it).
-            points = points.astype(cfg.dtype)
-            penalty, norms = gradient_penalty_and_norms(
-                critic,
-                points,
-                kind=cfg.exact_kind,
-                target=cfg.gp_target,
-                weight=weight,
-                backend=self.backend,
-                axis_name=AXIS,
-                second_order=cfg.resolved_second_order,
-            )
-            stats = diagnostics.norm_stats(norms)
-        loss = penalty - wasserstein
-        return loss, {"critic_loss": loss, "penalty": penalty, "wasserstein": wasserstein, **stats}
+            if norms is not None:  # the approximate kind takes no input-gradient
+                stats = diagnostics.norm_stats(norms)
+        total = loss + penalty
+        return total, {"critic_loss": total, "penalty": penalty, "wasserstein": gap, **stats}
 
     def _critic_grads(
         self, state: TrainState, real: jax.Array, step: Any, apply_gp: Any, weight: Any
@@ -317,15 +310,21 @@ class Trainer:
         state, aux, gp_applied = self._critic_step(state, real, step)
         return state, {**diagnostics.gather(aux, AXIS), "gp_applied": gp_applied}
 
-    def _generator_loss(self, g_params: Any, d_params: Any, key: jax.Array) -> jax.Array:
-        """-mean D(G(z)) over the global batch."""
-        fake = self._fake(g_params, key)
-        return -global_mean(self._scores(d_params, fake), AXIS)
+    def _generator_loss(
+        self, g_params: Any, d_params: Any, key: jax.Array, real: jax.Array | None
+    ) -> jax.Array:
+        """The loss's generator terms (-D(G(z)) for the Wasserstein loss) over the global
+        batch; ``real``: this core's real batch, for a loss that pairs fakes with reals."""
+        fake_scores = self._scores(d_params, self._fake(g_params, key))
+        real_scores = None if real is None else self._scores(d_params, real)
+        return global_mean(generator_terms(self.config.loss, fake_scores, real_scores), AXIS)
 
-    def _generator_step(self, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
+    def _generator_step(
+        self, state: TrainState, real: jax.Array | None
+    ) -> tuple[TrainState, dict[str, Any]]:
         key = generator_key(state.key, state.iteration, self.config.n_critic)
         loss, grads = _packed_value_and_grad(
-            self._generator_loss, state.g_params, state.d_params, key
+            self._generator_loss, state.g_params, state.d_params, key, real
         )
         updates, g_opt = self._opt_g.update(grads, state.g_opt, state.g_params)
         g_params = optax.apply_updates(state.g_params, updates)
@@ -335,7 +334,7 @@ class Trainer:
     def _iteration(
         self, state: TrainState, real: jax.Array, written_out: bool = False
     ) -> tuple[TrainState, dict[str, Any]]:
-        """One generator iteration on this core's (n_critic, B_local, ...) real batches: the
+        """One generator iteration on this core's real batches (``_real_batches``' slices): the
         critic steps in a ``lax.scan``, or ``written_out`` one after another.
 
         Collectives: one all-reduce per critic and generator step (gradients and global means),
@@ -347,25 +346,36 @@ class Trainer:
 
         if not written_out:
             steps = jnp.arange(self.config.n_critic, dtype=jnp.int32)
-            state, (critic_aux, gp_applied) = lax.scan(critic_step, state, (real, steps))
+            critic_real = real[: self.config.n_critic]
+            state, (critic_aux, gp_applied) = lax.scan(critic_step, state, (critic_real, steps))
         else:
             per_step = []
             for step in range(self.config.n_critic):
                 state, out = critic_step(state, (real[step], step))
                 per_step.append(out)
             critic_aux, gp_applied = _stack(per_step)
-        state, generator_aux = self._generator_step(state)
+        state, generator_aux = self._generator_step(state, self._generator_real(real))
         metrics = diagnostics.gather({**critic_aux, **generator_aux}, AXIS)
         return state, {**metrics, "gp_applied": gp_applied}
 
-    def _local_gradients(self, state: TrainState, real: jax.Array) -> tuple[Any, Any]:
-        step = jnp.int32(0)
-        _, critic_grads = self._critic_grads(state, real, step, *self._schedule(state, step))
+    def _local_critic_gradients(
+        self, state: TrainState, real: jax.Array, step: Any
+    ) -> tuple[dict[str, Any], Any]:
+        apply_gp, weight = self._schedule(state, step)
+        (_, aux), grads = self._critic_grads(state, real, step, apply_gp, weight)
+        return {**diagnostics.gather(aux, AXIS), "gp_applied": jnp.asarray(apply_gp)}, grads
+
+    def _local_generator_gradients(
+        self, state: TrainState, real: jax.Array
+    ) -> tuple[jax.Array, Any]:
         key = generator_key(state.key, state.iteration, self.config.n_critic)
-        _, generator_grads = _packed_value_and_grad(
-            self._generator_loss, state.g_params, state.d_params, key
+        return _packed_value_and_grad(
+            self._generator_loss, state.g_params, state.d_params, key, self._generator_real(real)
         )
-        return critic_grads, generator_grads
+
+    def _generator_real(self, real: jax.Array) -> jax.Array | None:
+        """The generator step's real batch among ``_real_batches``' (None if it draws none)."""
+        return real[-1] if self._real_draws > self.config.n_critic else None
 
 
 def _packed_value_and_grad(
