@@ -51,9 +51,9 @@ def run_worker(scenario: str, devices: int, **env) -> dict:
 
 def assert_within_float32_bounds(result: dict) -> None:
     """Every difference of a float32 check within its bound, and the bounds the check's own:
-    gradients at 1e-5, below the smallest planted bug (a 1.0001 scaling)."""
+    gradients at 3e-5, below the smallest planted bug (a 1.0001 scaling)."""
     bounds = result["tolerance"]
-    assert bounds["critic_grads"] == bounds["generator_grads"] == 1e-5
+    assert bounds["critic_grads"] == bounds["generator_grads"] == 3e-5
     assert all(result["max_rel_diff"][k] <= bound for k, bound in bounds.items())
 
 
