@@ -1,9 +1,10 @@
 """Plain-JAX models as pure functions; parameters are pytrees of float32 arrays.
 
     mlp(sizes, activation)                -> Model  (B, sizes[0]) -> (B, sizes[-1]), (B,) if 1
-    conv_critic(channels, activation)     -> Model  (B, 8, 8, 1) -> (B,)
-    conv_generator(latent_dim, channels, activation, output)
-                                          -> Model  (B, latent_dim) -> (B, 8, 8, 1) in [-1, 1]
+    conv_critic(channels, activation, image)
+                                          -> Model  (B, H, W, C) -> (B,)  (default 8x8x1)
+    conv_generator(latent_dim, channels, activation, output, image)
+                                          -> Model  (B, latent_dim) -> (B, H, W, C) in [-1, 1]
     vit_critic(width, depth, heads, patch, image)
                                           -> Model  (B, H, W, C) -> (B,)   (a small ViT)
 
@@ -111,20 +112,27 @@ def _upsample(h: jax.Array) -> jax.Array:
     return jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
 
 
-def conv_critic(channels: int = 64, activation: str = "leaky_relu") -> Model:
-    """Conv critic for (B, 8, 8, 1): a stride-1 3x3 conv at 8x8 (``channels``), two stride-2 3x3
-    convs (8->4->2; ``channels``, then twice that), each followed by ``activation`` (LeakyReLU 0.2
-    by default), then a dense layer -> (B,)."""
+Image = tuple[int, int, int]  # (height, width, channels) of one NHWC sample
+
+
+def conv_critic(
+    channels: int = 64, activation: str = "leaky_relu", image: Image = (8, 8, 1)
+) -> Model:
+    """Conv critic for (B, H, W, C) = ``image``: a stride-1 3x3 conv (``channels``), two stride-2
+    3x3 convs (``channels``, then twice that; 8x8 -> 4x4 -> 2x2, 28x28 -> 14x14 -> 7x7), each
+    followed by ``activation`` (LeakyReLU 0.2 by default), then a dense layer -> (B,)."""
     c1, c2 = channels, 2 * channels
     act = _activation(activation)
+    height, side, c_in = image
+    flat = c2 * -(-height // 4) * -(-side // 4)  # SAME stride-2 convs round up
 
     def init(key: jax.Array) -> dict[str, Any]:
         k0, k1, k2, k3 = jax.random.split(key, 4)
         return {
-            "conv0": _conv_init(k0, c1, 1),
+            "conv0": _conv_init(k0, c1, c_in),
             "conv1": _conv_init(k1, c1, c1),
             "conv2": _conv_init(k2, c2, c1),
-            "out": _dense_init(k3, c2 * 2 * 2, 1, he=False),
+            "out": _dense_init(k3, flat, 1, he=False),
         }
 
     def apply(params: Any, x: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
@@ -141,13 +149,35 @@ def conv_critic(channels: int = 64, activation: str = "leaky_relu") -> Model:
 OUTPUTS = {"clip": lambda x: jnp.clip(x, -1.0, 1.0), "tanh": jnp.tanh}
 
 
+def generator_sides(image: Image) -> tuple[tuple[int, int], ...]:
+    """The (height, width) a :func:`conv_generator` for ``image`` works at, smallest first: the
+    image's halved while both sides are even and stay at least 4 (8x8: 4, 8; 28x28: 7, 14, 28).
+    ValueError for an image it cannot halve once."""
+    sides = [(image[0], image[1])]
+    while all(s % 2 == 0 and s // 2 >= 4 for s in sides[0]):
+        sides.insert(0, (sides[0][0] // 2, sides[0][1] // 2))
+    if len(sides) < 2:
+        raise ValueError(
+            f"conv_generator: image {image[0]}x{image[1]} must have even sides of at least 8 "
+            f"(it upsamples from half or less)"
+        )
+    return tuple(sides)
+
+
 def conv_generator(
-    latent_dim: int = 32, channels: int = 64, activation: str = "relu", output: str = "clip"
+    latent_dim: int = 32,
+    channels: int = 64,
+    activation: str = "relu",
+    output: str = "clip",
+    image: Image = (8, 8, 1),
 ) -> Model:
-    """Conv generator: z (B, latent_dim) -> dense (4x4, 2 * ``channels``) -> ``activation`` ->
-    a 3x3 conv at 4x4 (2 * ``channels``) -> nearest-neighbour 2x upsampling -> two 3x3 convs at
-    8x8 (``channels``), each followed by ``activation`` -> a stride-1 3x3 conv to one channel ->
-    ``output`` (``OUTPUTS``: "clip" to [-1, 1], the default, or "tanh"), (B, 8, 8, 1).
+    """Conv generator for (B, H, W, C) = ``image``: z (B, latent_dim) -> dense to the smallest
+    side of :func:`generator_sides` (4x4 for 8x8, 7x7 for 28x28) with 2 * ``channels`` ->
+    ``activation`` -> a 3x3 conv there (2 * ``channels``) -> per larger side: nearest-neighbour 2x
+    upsampling, then a 3x3 conv (2 * ``channels``; at the image's side two, of ``channels``),
+    each followed by ``activation`` -> a stride-1 3x3 conv to C channels -> ``output``
+    (``OUTPUTS``: "clip" to [-1, 1], the default, or "tanh"). Parameters "proj", "conv<side>"
+    per side ("conv4", "conv8a", "conv8b" for 8x8), "out".
 
     Upsampling by repetition, not transposed convolutions, and stride-1 convs after it: every
     output pixel sees the same neighbourhood, so no stride pattern shows in the samples.
@@ -156,24 +186,26 @@ def conv_generator(
         raise ValueError(f"unknown output {output!r}; valid: {', '.join(OUTPUTS)}")
     wide, narrow = 2 * channels, channels
     act, out = _activation(activation), OUTPUTS[output]
+    sides = generator_sides(image)
+    (h0, w0), last = sides[0], sides[-1][0]
+    # (name, c_out, c_in, upsample first): every conv but the output one, in order
+    convs = [(f"conv{h0}", wide, wide, False)]
+    convs += [(f"conv{h}", wide, wide, True) for h, _ in sides[1:-1]]
+    convs += [(f"conv{last}a", narrow, wide, True), (f"conv{last}b", narrow, narrow, False)]
 
     def init(key: jax.Array) -> dict[str, Any]:
-        k0, k1, k2, k3, k4 = jax.random.split(key, 5)
-        return {
-            "proj": _dense_init(k0, latent_dim, wide * 4 * 4, he=True),
-            "conv4": _conv_init(k1, wide, wide),
-            "conv8a": _conv_init(k2, narrow, wide),
-            "conv8b": _conv_init(k3, narrow, narrow),
-            "out": _conv_init(k4, 1, narrow),
-        }
+        k_proj, *k_convs, k_out = jax.random.split(key, len(convs) + 2)
+        params = {"proj": _dense_init(k_proj, latent_dim, wide * h0 * w0, he=True)}
+        for k, (name, c_out, c_in, _) in zip(k_convs, convs, strict=True):
+            params[name] = _conv_init(k, c_out, c_in)
+        return {**params, "out": _conv_init(k_out, image[2], narrow)}
 
     def apply(params: Any, z: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
         p = _cast(params, dtype)
         h = act(z.astype(dtype) @ p["proj"]["w"] + p["proj"]["b"])
-        h = act(_conv(h.reshape(h.shape[0], 4, 4, wide), p["conv4"]["w"]) + p["conv4"]["b"])
-        h = _upsample(h)
-        for name in ("conv8a", "conv8b"):
-            h = act(_conv(h, p[name]["w"]) + p[name]["b"])
+        h = h.reshape(h.shape[0], h0, w0, wide)
+        for name, _, _, upsample in convs:
+            h = act(_conv(_upsample(h) if upsample else h, p[name]["w"]) + p[name]["b"])
         return out(_conv(h, p["out"]["w"]) + p["out"]["b"]).astype(jnp.float32)
 
     return Model(init, apply)
@@ -229,7 +261,7 @@ def vit_critic(
     depth: int = 2,
     heads: int = 4,
     patch: int = 4,
-    image: tuple[int, int, int] = (8, 8, 1),
+    image: Image = (8, 8, 1),
     mlp_ratio: int = 2,
     attention: Callable[..., jax.Array] | None = None,
 ) -> Model:
@@ -284,4 +316,14 @@ def vit_critic(
     return Model(init, apply)
 
 
-__all__ = ["ACTIVATIONS", "Model", "OUTPUTS", "conv_critic", "conv_generator", "mlp", "vit_critic"]
+__all__ = [
+    "ACTIVATIONS",
+    "Image",
+    "Model",
+    "OUTPUTS",
+    "conv_critic",
+    "conv_generator",
+    "generator_sides",
+    "mlp",
+    "vit_critic",
+]

@@ -8,18 +8,23 @@
 
 The recipes are the values of ``TOY`` (8 Gaussians and the Swiss roll: ``TOY_DEPTH`` x
 ``width`` ReLU MLPs), ``GRID`` (25 Gaussians: the toy recipe with narrower MLPs, fewer critic
-steps and the lazy penalty) and ``DIGITS`` (the conv pair of ``fastgp.train.models`` with
+steps and the lazy penalty), ``DIGITS`` (the 8x8 conv pair of ``fastgp.train.models`` with
 ``width`` channels, trained on ``load_digits(split="train")`` and scored by
-``fastgp.train.evaluation`` against the other half). ``critic="vit"`` (``--critic vit``) trains
-the digits' conv generator against the ViT critic of ``fastgp.train.models`` shaped by ``VIT``,
-with the recipe ``DIGITS_VIT``. How they were chosen and what they score: docs/trainer.md.
+``fastgp.train.digit_quality`` against the other half) and ``MNIST`` (the same for the 28x28
+MNIST digits of ``load_mnist``). ``critic="vit"`` (``--critic vit``) trains an image dataset's
+conv generator against the ViT critic of ``fastgp.train.models`` shaped by
+``VIT_SHAPES[dataset]``, with the recipe ``DIGITS_VIT`` or ``MNIST_VIT``. How the digits and toy
+recipes were chosen and what they score: docs/trainer.md. The MNIST ones are first choices, not
+yet swept: the digits recipe's batch, critic steps, betas (0.5, 0.9) and penalty weight 10 (the
+WGAN-GP paper's), half its step size (larger networks; the paper's MNIST run takes 1e-4), a
+latent of 64 for 12 times the pixels, and 32 channels (a generator step's cost on CPU).
 """
 
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from fastgp.train.data import TOY_DATASETS, load_digits, sample_toy
-from fastgp.train.models import Model, conv_critic, conv_generator, mlp, vit_critic
+from fastgp.train.data import MNIST_SHAPE, TOY_DATASETS, load_digits, load_mnist, sample_toy
+from fastgp.train.models import Image, Model, conv_critic, conv_generator, mlp, vit_critic
 from fastgp.train.state import CRITICS, TrainConfig, index_sampler
 
 TOY_DEPTH = 3
@@ -27,7 +32,7 @@ TOY_DEPTH = 3
 
 class Recipe(NamedTuple):
     """A dataset's default run: ``TrainConfig`` fields, generator iterations, and the hidden
-    width of both toy MLPs or the channels of the digits conv pair."""
+    width of both toy MLPs or the channels of an image dataset's conv pair."""
 
     fields: dict[str, Any]
     steps: int
@@ -50,7 +55,21 @@ GRID = Recipe(
 DIGITS = _recipe(
     steps=9000, width=32, lr=1e-3, batch_size=64, n_critic=3, gp_weight=10.0, latent_dim=32
 )
-RECIPES = {"8gaussians": TOY, "25gaussians": GRID, "swissroll": TOY, "digits": DIGITS}
+MNIST = _recipe(
+    steps=10000, width=32, lr=5e-4, batch_size=64, n_critic=3, gp_weight=10.0, latent_dim=64
+)
+RECIPES = {
+    "8gaussians": TOY,
+    "25gaussians": GRID,
+    "swissroll": TOY,
+    "digits": DIGITS,
+    "mnist": MNIST,
+}
+# An image dataset's loader (``load(split=...)``) and the shape (H, W, C) of one image.
+IMAGES = {
+    "digits": (load_digits, (8, 8, 1)),
+    "mnist": (load_mnist, MNIST_SHAPE),
+}
 
 
 class VitShape(NamedTuple):
@@ -61,6 +80,7 @@ class VitShape(NamedTuple):
     heads: int
     patch: int
     mlp_ratio: int
+    image: Image = (8, 8, 1)
 
 
 # --critic vit on digits: the digits recipe's conv generator (DIGITS.width channels) against the
@@ -69,18 +89,21 @@ VIT = VitShape(width=64, depth=2, heads=4, patch=4, mlp_ratio=2)
 DIGITS_VIT = Recipe(
     {**DIGITS.fields, "lr_g": 1e-3, "lr_d": 1e-3, "critic": "vit"}, steps=3000, width=DIGITS.width
 )
+# --critic vit on MNIST: 7x7 tokens of 4x4 pixels, the digits ViT's width and depth.
+MNIST_VIT = Recipe({**MNIST.fields, "critic": "vit"}, steps=MNIST.steps, width=MNIST.width)
+VIT_SHAPES = {"digits": VIT, "mnist": VIT._replace(image=MNIST_SHAPE)}
 # (dataset, critic) -> recipe, for the critics other than a recipe's own ("conv").
-CRITIC_RECIPES = {("digits", "vit"): DIGITS_VIT}
+CRITIC_RECIPES = {("digits", "vit"): DIGITS_VIT, ("mnist", "vit"): MNIST_VIT}
 
 
 class Problem(NamedTuple):
-    """What a run trains: a ``fastgp.train.models.Model`` pair, ``sample_real(key, n)``, image
-    data?"""
+    """What a run trains: a ``fastgp.train.models.Model`` pair, ``sample_real(key, n)``, and the
+    shape of one image (H, W, C), or () for the 2-D points of the toy sets (falsy)."""
 
     generator: Model
     critic: Model
     sample_real: Callable[[Any, int], Any]
-    image: bool
+    image: tuple[int, ...]
 
 
 def _check(dataset: str) -> None:
@@ -144,12 +167,18 @@ def build_problem(dataset: str, config: TrainConfig) -> Problem:
     chosen = recipe(dataset, config.critic)
     if dataset in TOY_DATASETS:
         generator, critic = toy_networks(config.latent_dim, chosen.width)
-        return Problem(generator, critic, lambda key, n: sample_toy(dataset, key, n), False)
+        return Problem(generator, critic, lambda key, n: sample_toy(dataset, key, n), ())
+    load, image = IMAGES[dataset]
+    critic = (
+        vit_critic(**VIT_SHAPES[dataset]._asdict())
+        if config.critic == "vit"
+        else conv_critic(chosen.width, image=image)
+    )
     return Problem(
-        conv_generator(config.latent_dim, chosen.width),
-        vit_critic(**VIT._asdict()) if config.critic == "vit" else conv_critic(chosen.width),
-        index_sampler(load_digits(split="train")),
-        True,
+        conv_generator(config.latent_dim, chosen.width, image=image),
+        critic,
+        index_sampler(load(split="train")),
+        image,
     )
 
 
@@ -158,11 +187,15 @@ __all__ = [
     "DIGITS",
     "DIGITS_VIT",
     "GRID",
+    "IMAGES",
+    "MNIST",
+    "MNIST_VIT",
     "Problem",
     "RECIPES",
     "Recipe",
     "TOY",
     "VIT",
+    "VIT_SHAPES",
     "VitShape",
     "build_problem",
     "default_config",

@@ -18,6 +18,7 @@ from fastgp.train.data import load_digits
 from fastgp.train.digit_calibration import (
     COLUMNS,
     MARKERS,
+    MISSING,
     RESAMPLED,
     calibration_table,
     degraded,
@@ -33,7 +34,7 @@ from fastgp.train.evaluation import (
 )
 
 NOISE_ROWS = ["real"] + [f"real + noise {s}" for s in NOISE_SIGMAS[1:-1]]  # up to sigma 0.2
-OTHER_ROWS = [RESAMPLED, "real blurred", "real, one class (3)", "uniform noise"]
+OTHER_ROWS = [RESAMPLED, "real blurred", "real, one class (3)", MISSING, "uniform noise"]
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +158,10 @@ def test_one_class_blur_and_noise_are_far_from_the_floors(table):
     assert one["c2st_accuracy"] > 0.9 and one["frechet_distance"] > 10 * one["frechet_floor"]
     assert one["classes_covered"] == 1 and one["class_entropy"] < 0.1
     assert np.argmax(one["class_histogram"]) == 3
+    missing = table[MISSING]  # the nine other classes, drawn with replacement
+    counts = np.asarray(missing["class_histogram"])
+    assert missing["classes_covered"] == 9 and counts[3] < 0.025 * counts.sum()
+    assert missing["frechet_distance"] > table[RESAMPLED]["frechet_distance"]
     blurred = table["real blurred"]
     assert blurred["c2st_accuracy"] > 0.95 and blurred["frechet_distance"] > 10
     assert blurred["confidence"] < 0.85 and blurred["c2st_sigma"] == 0.4
