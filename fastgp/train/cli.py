@@ -34,7 +34,7 @@ from fastgp.train.launcher import (
     supervise,
     with_cpu_devices,
 )
-from fastgp.train.recipes import recipe
+from fastgp.train.recipes import recipe, vit_shape
 
 # --- dispatch ------------------------------------------------------------------------------------
 
@@ -72,6 +72,33 @@ def critic_problem(args: argparse.Namespace) -> str | None:
     try:
         recipe(dataset, args.critic or "conv")
     except ValueError as err:
+        return str(err)
+    return None
+
+
+def patch_problem(args: argparse.Namespace) -> str | None:
+    """Why --vit-patch cannot go with --critic and --dataset, or None."""
+    patch = getattr(args, "vit_patch", None)
+    if patch is None:
+        return None
+    if args.critic != "vit":
+        return "the patch side of --critic vit; give --critic vit"
+    try:
+        vit_shape(args.dataset or "8gaussians", patch)
+    except (KeyError, ValueError) as err:
+        return str(err)
+    return None
+
+
+def dataset_problem(dataset: str | None) -> str | None:
+    """Why ``dataset`` cannot be read on this installation (MNIST without its package), or None."""
+    if dataset != "mnist":
+        return None
+    from fastgp.train.data import mnist_file
+
+    try:
+        mnist_file()
+    except ImportError as err:
         return str(err)
     return None
 
@@ -116,6 +143,12 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     problem = critic_problem(args)
     if problem:
         sub.error(f"argument --critic: {problem}")
+    problem = patch_problem(args)
+    if problem:
+        sub.error(f"argument --vit-patch: {problem}")
+    problem = dataset_problem(args.dataset)
+    if problem:
+        sub.error(f"argument --dataset: {problem}")
     devices = (args.devices or 1) * args.processes
     if args.batch_size is not None and args.batch_size % devices:
         sub.error(
@@ -220,6 +253,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "gp_weight_final": args.gp_weight_final,
         "gp_warmup": args.gp_warmup,
         "lazy_adam": args.lazy_adam,
+        "vit_patch": getattr(args, "vit_patch", None),
     }
     return {k: v for k, v in overrides.items() if v is not None}
 
@@ -276,7 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return {"train": _train, "check": _check}[args.command](args)
 
 
-__all__ = ["backend_problem", "build_parser", "critic_problem", "main"]
+__all__ = [
+    "backend_problem",
+    "build_parser",
+    "critic_problem",
+    "dataset_problem",
+    "main",
+    "patch_problem",
+]
 
 
 if __name__ == "__main__":

