@@ -120,6 +120,28 @@ def test_sharded_equals_naive(devices, backend, kind, via):
     assert result["nonfinite_norms"] == 0
 
 
+LOSS_CASES = [
+    # (devices, loss, kind, placement): each loss the trainer speaks, on 2 and 4 devices
+    (2, "non-saturating", "r1", "real"),
+    (4, "non-saturating", "approximate-r1", "fake"),
+    (2, "relativistic", "approximate-r1", "real+fake"),
+    (4, "relativistic", "r1", "real+fake"),
+    (4, "wasserstein", "wgan-gp", "real"),
+]
+
+
+@pytest.mark.parametrize("devices,loss,kind,placement", LOSS_CASES)
+def test_every_loss_and_placement_equals_naive(devices, loss, kind, placement):
+    argv = ["--devices", str(devices), "--steps", "2", "--batch-size", "16", "--n-critic", "2"]
+    argv += ["--backend", "xla", "--loss", loss, "--gp-kind", kind, "--gp-at", placement]
+    proc = _run(["-m", "fastgp.train.selfcheck", *argv])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = _last_json(proc.stdout)
+    assert result["ok"] is True
+    assert (result["config"]["loss"], result["config"]["gp_at"]) == (loss, placement)
+    assert_within_float32_bounds(result)
+
+
 def test_lazy_regularisation_equals_naive():
     proc = _run(
         [
