@@ -141,7 +141,7 @@ def test_a_patch_that_does_not_divide_28_is_refused():
 def test_the_mnist_recipe_trains_on_the_first_half(critic):
     config = default_config("mnist", critic=critic)
     assert recipe("mnist", critic) is (MNIST if critic == "conv" else MNIST_VIT)
-    assert config.total_steps == default_steps("mnist", critic) == MNIST.steps
+    assert config.total_steps == default_steps("mnist", critic) == recipe("mnist", critic).steps
     assert (config.batch_size, config.latent_dim) == (64, 64)
     problem = build_problem("mnist", config)
     assert problem.image == (28, 28, 1)
