@@ -404,10 +404,9 @@ def _add_check_parser(sub: Any) -> None:
     check = sub.add_parser(
         "check",
         help="sharded trainer vs the one-device oracle (JSON line)",
-        description="Train the same WGAN-GP (--dataset) with the sharded "
-        "trainer and the plain one-device trainer; print one JSON "
-        "line of the largest relative differences; exit 1 beyond "
-        "tolerance.",
+        description="Train the same GAN (--dataset) with the plain one-device trainer and "
+        "take every step of it with the sharded trainer too, from the same state; print one JSON "
+        "line of the largest relative differences; exit 1 beyond tolerance.",
     )
     _add_training_flags(
         check,
