@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 from fastgp import distributed  # noqa: E402
 from fastgp._penalty import api as penalty_api  # noqa: E402
 from fastgp._penalty import second_order  # noqa: E402
+from fastgp.penalty import gradient_penalty_and_norms  # noqa: E402
 from fastgp.train import penalties, trainer  # noqa: E402
 from fastgp.train import selfcheck as check  # noqa: E402
 from fastgp.train.models import Model  # noqa: E402
@@ -136,10 +137,7 @@ def wrong_reduction(devices):
     def per_core_count(local_batch, axis_name=None):
         return honest_count(local_batch, None)
 
-    honest_grad, honest_penalty = (
-        trainer._packed_value_and_grad,
-        penalties.gradient_penalty_and_norms,
-    )
+    honest_grad, honest_penalty = trainer._packed_value_and_grad, gradient_penalty_and_norms
 
     def scaled_grad(*args, **kwargs):  # every gradient 1.0001 times too large
         value, grads = honest_grad(*args, **kwargs)

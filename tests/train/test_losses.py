@@ -9,6 +9,7 @@ factor, a sign: >= 1e-2)."""
 
 import itertools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -194,7 +195,11 @@ def test_cosine_weight_schedule_with_warmup():
 def test_lazy_penalty_with_its_gain_equals_the_dense_one_in_expectation():
     """Over any gp_every consecutive critic steps the lazy weights (k x weight on one step, 0
     on the others) sum to the dense penalty's k x weight, with the schedule too."""
-    for fields in ({}, {"gp_schedule": "cosine", "gp_weight_final": 1.0, "total_steps": 50}):
+    cases: list[dict[str, Any]] = [
+        {},
+        {"gp_schedule": "cosine", "gp_weight_final": 1.0, "total_steps": 50},
+    ]
+    for fields in cases:
         lazy = TrainConfig(n_critic=3, gp_weight=2.0, gp_every=4, **fields)
         dense = TrainConfig(n_critic=3, gp_weight=2.0, gp_every=1, **fields)
         for start in (0, 4, 40):
