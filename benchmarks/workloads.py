@@ -37,7 +37,7 @@ from jax.typing import DTypeLike
 
 from fastgp import approximate_r1, penalty
 from fastgp._penalty import reference
-from fastgp.train.models import Model, mlp
+from fastgp.train.models.networks import Model, mlp
 
 GP_WEIGHT = 10.0
 VARIANTS = (

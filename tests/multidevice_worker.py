@@ -25,11 +25,12 @@ from fastgp import distributed  # noqa: E402
 from fastgp._penalty import api as penalty_api  # noqa: E402
 from fastgp._penalty import second_order  # noqa: E402
 from fastgp.penalty import gradient_penalty_and_norms  # noqa: E402
-from fastgp.train import penalties, trainer  # noqa: E402
-from fastgp.train import selfcheck as check  # noqa: E402
-from fastgp.train.models import Model  # noqa: E402
-from fastgp.train.naive_trainer import NaiveTrainer  # noqa: E402
-from fastgp.train.state import TrainConfig  # noqa: E402
+from fastgp.train.models.networks import Model  # noqa: E402
+from fastgp.train.objective import penalties  # noqa: E402
+from fastgp.train.run import check  # noqa: E402
+from fastgp.train.training import trainer  # noqa: E402
+from fastgp.train.training.naive_trainer import NaiveTrainer  # noqa: E402
+from fastgp.train.training.state import TrainConfig  # noqa: E402
 
 SCENARIOS: dict[str, Callable[[int], dict]] = {}
 
@@ -188,7 +189,7 @@ def _aot_kernels(mesh, config):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from fastgp.train.state import init_state
+    from fastgp.train.training.state import init_state
 
     sharded = trainer.Trainer(config, *problem(), mesh=mesh)
 
@@ -221,8 +222,8 @@ def aot_precision(devices):
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from fastgp.train.models import conv_critic, conv_generator
-    from fastgp.train.state import index_sampler, init_state
+    from fastgp.train.models.networks import conv_critic, conv_generator
+    from fastgp.train.training.state import index_sampler, init_state
 
     devs = topologies.get_topology_desc("v5e:2x2", "tpu").devices
     mesh = Mesh(np.array(devs), ("data",))

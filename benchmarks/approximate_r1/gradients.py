@@ -4,12 +4,12 @@
         [--activations relu leaky_relu tanh gelu] [--sigmas 0.01 0.1]
     -> benchmarks/results/approximate_r1/approximate_r1_gradients.{json,md}
 
-The critic is the toy recipe's shape, ``fastgp.train.models.mlp([2, 256, 256, 256, 1])``, at
-initialisation (seed 0), on 256 inputs x ~ N(0, 1.5^2 I). With g_exact the parameter gradient of
+The critic is the toy recipe's shape, ``fastgp.train.models.networks.mlp([2, 256, 256, 256, 1])``,
+at initialisation (seed 0), on 256 inputs x ~ N(0, 1.5^2 I). With g_exact the parameter gradient of
 ``gradient_penalty(kind="r1", weight=1)`` and g_approx the mean over ``--draws`` noise keys of that
-of ``approximate_r1(sigma=s, weight=1/s^2)`` (the matching weight), the table gives their cosine
-and norm ratio. For a twice-differentiable critic both estimate the same gradient; the split-half
-cosine (the means of the first and second half of the draws) shows how much of any gap is noise.
+of ``approximate_r1(sigma=s, weight=1/s^2)`` (the matching weight), the table gives their cosine and
+norm ratio. For a twice-differentiable critic both estimate the same gradient; the split-half cosine
+(the means of the first and second half of the draws) shows how much of any gap is noise.
 """
 
 import argparse
@@ -25,7 +25,7 @@ import benchmarks
 from benchmarks import records
 from benchmarks.tables import markdown_table
 from fastgp import approximate_r1, gradient_penalty
-from fastgp.train.models import mlp
+from fastgp.train.models.networks import mlp
 
 RESULTS = benchmarks.RESULTS / "approximate_r1"
 SIZES = (2, 256, 256, 256, 1)

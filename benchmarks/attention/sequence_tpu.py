@@ -54,7 +54,7 @@ from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import _compiled as cf
 from fastgp._typing import Kind
-from fastgp.train.models import Model
+from fastgp.train.models.networks import Model
 
 RESULTS = benchmarks.RESULTS / "attention"
 RECORDS = RESULTS / "sequence_tpu.json"

@@ -8,7 +8,7 @@ Each cell runs ``fastgp check --dataset digits --critic C --devices 2 --steps 2 
 ``XLA_FLAGS=--xla_cpu_max_isa=ISA`` (XLA:CPU vectorises as a CPU of that width would; "default"
 is this machine's), with and without the tests' compile flags (``tests/conftest.py``: no LLVM
 optimisation, the elemental emitters). The check must say ok in every cell; its bounds
-(``fastgp.train.selfcheck.TOLERANCES``) come from the largest difference here.
+(``fastgp.train.run.check.TOLERANCES``) come from the largest difference here.
 """
 
 import argparse

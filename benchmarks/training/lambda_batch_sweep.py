@@ -3,13 +3,13 @@
     JAX_PLATFORMS=cpu python -m benchmarks.training.lambda_batch_sweep [--steps 1500] [--devices 8]
     -> benchmarks/results/training/lambda_batch.{md,json,png}
 
-Each cell trains the 8-Gaussians toy recipe (``fastgp.train.recipes.TOY``: 3x128 MLPs, 5 critic
-steps, the penalty on every one) on 25 Gaussians by default with the sharded trainer on
+Each cell trains the 8-Gaussians toy recipe (``fastgp.train.recipes.defaults.TOY``: 3x128 MLPs, 5
+critic steps, the penalty on every one) on 25 Gaussians by default with the sharded trainer on
 ``--devices`` simulated CPU devices, global batch B, for ``--steps`` generator iterations (both
-learning rates decaying over the last half; the iterations fused in one ``lax.scan``, which
-XLA:CPU runs as fast as written-out steps for these MLPs), then scores 2500 samples (modes
-captured, % high quality) and averages the critic's last tenth of steps: the penalty term,
-the mean per-sample penalty (penalty / effective weight) and the input-gradient norms.
+learning rates decaying over the last half; the iterations fused in one ``lax.scan``, which XLA:CPU
+runs as fast as written-out steps for these MLPs), then scores 2500 samples (modes captured, % high
+quality) and averages the critic's last tenth of steps: the penalty term, the mean per-sample
+penalty (penalty / effective weight) and the input-gradient norms.
 
 Two reductions of the per-sample penalties p_b over the global batch:
 
@@ -37,11 +37,11 @@ import numpy as np
 
 import benchmarks
 from benchmarks.tables import markdown_table
-from fastgp.train.data import sample_toy, toy_modes
-from fastgp.train.evaluation import mode_quality
-from fastgp.train.recipes import TOY, toy_networks
-from fastgp.train.state import TrainConfig
-from fastgp.train.trainer import Trainer, make_mesh
+from fastgp.train.data.quality import mode_quality
+from fastgp.train.data.sets import sample_toy, toy_modes
+from fastgp.train.recipes.defaults import TOY, toy_networks
+from fastgp.train.training.state import TrainConfig
+from fastgp.train.training.trainer import Trainer, make_mesh
 
 RESULTS = benchmarks.RESULTS / "training"
 REDUCTIONS = ("mean", "sum")

@@ -101,8 +101,8 @@ def chunk_costs(dataset: str, rounds: int, chunk: int = 100, flip: bool = False)
     (``flip``: the unfused path's first chunk second, so compilation order alternates)."""
     import jax
 
-    from fastgp.train.recipes import build_problem, default_config
-    from fastgp.train.trainer import Trainer, make_mesh
+    from fastgp.train.recipes.defaults import build_problem, default_config
+    from fastgp.train.training.trainer import Trainer, make_mesh
 
     config = default_config(dataset, backend="xla")
     problem = build_problem(dataset, config)

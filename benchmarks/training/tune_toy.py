@@ -1,12 +1,12 @@
-"""Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.train.trainer.Trainer`` on one
-device.
+"""Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.train.training.trainer.Trainer``
+on one device.
 
     JAX_PLATFORMS=cpu python -m benchmarks.training.tune_toy --dataset 25gaussians --seed 0
 
 Every ``--eval-every`` generator steps are one ``Trainer.run`` call; between calls the
 script prints modes captured, % high-quality samples (``--eval-samples`` samples) and wall time
 since start, compilation included (``Trainer.run``: one dispatch per iteration on CPU). Defaults
-are the dataset's tuned recipe (``fastgp.train.recipes.RECIPES``, also the defaults of
+are the dataset's tuned recipe (``fastgp.train.recipes.defaults.RECIPES``, also the defaults of
 ``fastgp train``); ``--paper`` sets the original gan_toy.py configuration.
 """
 
@@ -17,12 +17,12 @@ import time
 import jax
 import numpy as np
 
-from fastgp.train.data import sample_toy, toy_modes
-from fastgp.train.evaluation import mode_quality
-from fastgp.train.models import ACTIVATIONS
-from fastgp.train.recipes import RECIPES, TOY_DEPTH, toy_networks
-from fastgp.train.state import TrainConfig
-from fastgp.train.trainer import Trainer, make_mesh
+from fastgp.train.data.quality import mode_quality
+from fastgp.train.data.sets import sample_toy, toy_modes
+from fastgp.train.models.networks import ACTIVATIONS
+from fastgp.train.recipes.defaults import RECIPES, TOY_DEPTH, toy_networks
+from fastgp.train.training.state import TrainConfig
+from fastgp.train.training.trainer import Trainer, make_mesh
 
 PAPER = dict(
     width=512,

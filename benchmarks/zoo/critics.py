@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from benchmarks import workloads as W
-from fastgp.train.models import Model, mlp
+from fastgp.train.models.networks import Model, mlp
 
 _DN = ("NHWC", "HWIO", "NHWC")
 

@@ -23,7 +23,7 @@ from benchmarks import workloads as W
 from benchmarks.zoo import critics as zoo
 from fastgp._penalty.reference import naive_gradient_penalty
 from fastgp.testing import assert_penalty_matches_naive
-from fastgp.train.models import mlp
+from fastgp.train.models.networks import mlp
 
 # name: (model, per-sample shape): the zoo's architectures, reduced.
 SMALL = {

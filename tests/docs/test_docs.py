@@ -169,13 +169,9 @@ def layout_map_paths() -> set[str]:
     """The module paths docs/development.md's layout map names: full paths, and names indented
     under a folder line (``fastgp/_penalty/`` then ``  api.py``)."""
     text = (ROOT / "docs" / "development.md").read_text()
-    paths, folder, in_train = set(), None, False
+    paths, folder = set(), None
     for line in text.splitlines():
         if not line.startswith("    "):
-            if line.startswith("The training application"):
-                in_train = True
-            elif line.startswith(("#", "`", "The ")):
-                in_train = False
             continue
         words = line.split()
         first = words[0] if words else ""
@@ -185,8 +181,6 @@ def layout_map_paths() -> set[str]:
             paths.add(first)
         elif first.endswith(".py") and folder and line.startswith("      "):
             paths.add(folder + first)
-        if in_train:  # the training application's two-column table: every name on the line
-            paths.update("fastgp/train/" + w for w in words if re.fullmatch(r"[a-z_]+\.py", w))
     return paths
 
 

@@ -122,7 +122,7 @@ def test_importing_fastgp_configures_no_logging():
                     absl.logging.get_verbosity())
 
         before = levels()
-        names = ["fastgp.train.checkpoints", "fastgp.train.cli"]
+        names = ["fastgp.train.run.checkpoints", "fastgp.train.cli"]
         for package in ("fastgp", "fastgp.kernels", "fastgp.train"):
             path = importlib.import_module(package).__path__
             names += [m.name for m in pkgutil.walk_packages(path, package + ".")]

@@ -11,7 +11,7 @@ import fastgp.autotune as autotune_module
 from fastgp import interpolate
 from fastgp.autotune import DEFAULT, Variant, autotune, candidates
 from fastgp.testing import assert_penalty_matches_naive
-from fastgp.train.models import mlp
+from fastgp.train.models.networks import mlp
 
 
 def conv_critic(params, x):

@@ -20,11 +20,11 @@ import jax
 import numpy as np
 import pytest
 
-from fastgp.train import launcher
-from fastgp.train.checkpoints import Checkpoints
-from fastgp.train.cli import main
-from fastgp.train.recipes import build_problem, default_config
-from fastgp.train.state import init_state
+from fastgp.train.cli import launcher
+from fastgp.train.cli.main import main
+from fastgp.train.recipes.defaults import build_problem, default_config
+from fastgp.train.run.checkpoints import Checkpoints
+from fastgp.train.training.state import init_state
 
 ROOT = Path(__file__).resolve().parents[2]
 # 400 generator steps of the 2-D recipe at batch 64: checkpoints every 50, LR decay from 200.
@@ -494,9 +494,9 @@ def test_too_many_critic_steps_name_the_steps_flag(tmp_path, capsys):
 
 
 def _record_run_check(monkeypatch):
-    """``selfcheck.run_check`` replaced by a recorder: the (args, kwargs) of every call. JAX
+    """``check.run_check`` replaced by a recorder: the (args, kwargs) of every call. JAX
     starts first, with conftest's devices, so that ``--devices 2`` leaves this process's count."""
-    from fastgp.train import selfcheck
+    from fastgp.train.run import check
 
     jax.devices()
     calls = []
@@ -505,7 +505,7 @@ def _record_run_check(monkeypatch):
         calls.append((args, kwargs))
         return {"ok": True}
 
-    monkeypatch.setattr(selfcheck, "run_check", fake_run_check)
+    monkeypatch.setattr(check, "run_check", fake_run_check)
     return calls
 
 
@@ -532,15 +532,15 @@ def test_check_calls_run_check_with_its_flags(monkeypatch):
     }
 
 
-def test_check_and_selfcheck_share_one_parser_and_its_defaults(capsys, monkeypatch):
-    """The check's defaults are run_check's: ``fastgp check`` and ``python -m
-    fastgp.train.selfcheck`` (which is ``fastgp check``) run the same check."""
+def test_check_takes_run_checks_defaults_through_one_parser(capsys, monkeypatch):
+    """The check's defaults are run_check's: ``fastgp check`` (``python -m fastgp.train.cli
+    check``) parses its flags once, with run_check's keyword arguments as their defaults."""
     import inspect
 
-    from fastgp.train import selfcheck
-    from fastgp.train.cli import build_parser
+    from fastgp.train.cli.parser import build_parser
+    from fastgp.train.run import check
 
-    signature = inspect.signature(selfcheck.run_check).parameters
+    signature = inspect.signature(check.run_check).parameters
     defaults = {n: p.default for n, p in signature.items() if p.kind is p.KEYWORD_ONLY}
     assert defaults["second_order"] == "reverse-over-forward"
     parsed = vars(build_parser().parse_args(["check"]))
@@ -549,8 +549,7 @@ def test_check_and_selfcheck_share_one_parser_and_its_defaults(capsys, monkeypat
 
     run_check_calls = _record_run_check(monkeypatch)
     assert main(["check", "--devices", "2"]) == 0
-    assert selfcheck.main(["--devices", "2"]) == 0
-    assert run_check_calls[0] == run_check_calls[1] == ((2, 5, 64), defaults)
+    assert run_check_calls == [((2, 5, 64), defaults)]
 
     monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps the help at the terminal's width
     with pytest.raises(SystemExit) as exc:
@@ -561,7 +560,7 @@ def test_check_and_selfcheck_share_one_parser_and_its_defaults(capsys, monkeypat
     assert "(default reverse-over-forward)" in text and "forward or" not in text
 
     with pytest.raises(SystemExit) as exc:
-        selfcheck.main(["--second-order", "forward"])
+        main(["check", "--second-order", "forward"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "argument --second-order: invalid choice: 'forward'" in err, err
@@ -594,12 +593,12 @@ def test_with_cpu_devices_carries_on_or_reruns(monkeypatch):
 
 @pytest.mark.slow
 def test_check_after_jax_started_with_one_device_reruns_with_the_devices(child_env):
-    """A program that used JAX (one CPU device) and then calls ``selfcheck.main``: the check
-    runs again in a fresh interpreter with the devices asked for."""
-    argv = ["--devices", "2", "--steps", "1", "--batch-size", "8", "--n-critic", "1"]
+    """A program that used JAX (one CPU device) and then calls the command's ``main`` with
+    ``check``: the check runs again in a fresh interpreter with the devices asked for."""
+    argv = ["check", "--devices", "2", "--steps", "1", "--batch-size", "8", "--n-critic", "1"]
     code = (
         "import sys, jax; assert jax.device_count() == 1; "
-        "from fastgp.train.selfcheck import main; "
+        "from fastgp.train.cli.main import main; "
         f"sys.exit(main({[*argv, '--backend', 'xla']!r}))"
     )
     proc = subprocess.run(

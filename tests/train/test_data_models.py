@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from fastgp.penalty import gradient_penalty, interpolate
-from fastgp.train.data import CHECK_DATASETS, DATASETS, load_digits, sample_toy, toy_modes
-from fastgp.train.evaluation import mode_quality
-from fastgp.train.models import conv_critic, conv_generator, mlp
-from fastgp.train.recipes import RECIPES, default_config
+from fastgp.train.data.quality import mode_quality
+from fastgp.train.data.sets import CHECK_DATASETS, DATASETS, load_digits, sample_toy, toy_modes
+from fastgp.train.models.networks import conv_critic, conv_generator, mlp
+from fastgp.train.recipes.defaults import RECIPES, default_config
 
 # P(|N(0, I_2)| <= 3): the 3-sigma Euclidean disk holds 98.9 % of a 2-D Gaussian (99.7 % is 1-D).
 P_3SIGMA_2D = 1.0 - math.exp(-4.5)

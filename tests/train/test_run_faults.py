@@ -29,10 +29,10 @@ import tensorstore as ts
 from orbax.checkpoint._src.asyncio_utils import cancellable
 from orbax.checkpoint._src.serialization.type_handlers import NumpyHandler
 
-from fastgp.train.checkpoints import DIGEST, Checkpoints
-from fastgp.train.recipes import build_problem, default_config
-from fastgp.train.runlock import LOCK_NAME
-from fastgp.train.state import init_state
+from fastgp.train.recipes.defaults import build_problem, default_config
+from fastgp.train.run.checkpoints import DIGEST, Checkpoints
+from fastgp.train.run.lock import LOCK_NAME
+from fastgp.train.training.state import init_state
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 100
@@ -240,7 +240,7 @@ def makedirs(path, *args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     return real_makedirs(path, *args, **kwargs)
 os.makedirs = makedirs
-from fastgp.train.cli import main
+from fastgp.train.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -491,7 +491,7 @@ def test_resume_on_devices_that_do_not_divide_the_batch_blames_devices(reference
 
 HOLD_LOCK = """
 import sys, time
-from fastgp.train.runlock import RunLock
+from fastgp.train.run.lock import RunLock
 RunLock.acquire(sys.argv[1])
 print("locked", flush=True)
 time.sleep(60)
@@ -499,7 +499,7 @@ time.sleep(60)
 
 
 def test_lock_names_a_live_holder_and_is_free_after_it_dies(tmp_path):
-    from fastgp.train.runlock import DirectoryBusy, RunLock
+    from fastgp.train.run.lock import DirectoryBusy, RunLock
 
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(tmp_path)],
@@ -537,7 +537,7 @@ time.sleep(60)
 def test_lock_taken_but_not_yet_recorded(tmp_path, record_after_s):
     """A run that arrives between the holder's flock and its record still names the holder,
     and one whose holder never writes says so instead of hanging."""
-    from fastgp.train.runlock import DirectoryBusy, RunLock
+    from fastgp.train.run.lock import DirectoryBusy, RunLock
 
     holder = subprocess.Popen(
         [
@@ -564,27 +564,27 @@ def test_lock_without_flock_uses_the_recorded_pid(tmp_path, monkeypatch):
     import errno
     import socket
 
-    from fastgp.train import runlock
+    from fastgp.train.run import lock
 
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(fcntl, "flock", no_flock)  # runlock.fcntl is this module
+    monkeypatch.setattr(fcntl, "flock", no_flock)  # lock.fcntl is this module
     dead = subprocess.Popen(["true"])
     dead.wait()
     path = tmp_path / LOCK_NAME
     path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
-    runlock.RunLock.acquire(tmp_path).release()  # a dead pid on this host: stale
+    lock.RunLock.acquire(tmp_path).release()  # a dead pid on this host: stale
     path.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
-    with pytest.raises(runlock.DirectoryBusy, match=f"pid {os.getppid()}"):
-        runlock.RunLock.acquire(tmp_path)
+    with pytest.raises(lock.DirectoryBusy, match=f"pid {os.getppid()}"):
+        lock.RunLock.acquire(tmp_path)
 
 
 # --- unit checks of the fault detection ---------------------------------------------------------
 
 
 def test_first_nonfinite_loss_names_the_first_quantity_in_computation_order():
-    from fastgp.train.nonfinite import first_nonfinite_loss
+    from fastgp.train.training.nonfinite import first_nonfinite_loss
 
     shape = (3, 5, 2)  # iterations, critic steps, cores
     metrics = {
@@ -600,7 +600,7 @@ def test_first_nonfinite_loss_names_the_first_quantity_in_computation_order():
 
 
 def test_nonfinite_state_names_the_array():
-    from fastgp.train.nonfinite import nonfinite_state
+    from fastgp.train.training.nonfinite import nonfinite_state
 
     config = default_config("8gaussians")
     state = init_state(config, *build_problem("8gaussians", config)[:2])
@@ -620,7 +620,7 @@ def test_nonfinite_state_names_the_array():
 
 
 def test_metrics_are_strict_json(tmp_path):
-    from fastgp.train.outputs import MetricsLog, read_metrics
+    from fastgp.train.run.outputs import MetricsLog, read_metrics
 
     log = MetricsLog(tmp_path)
     log.append({"step": 1, "critic_loss": float("nan"), "norm_mean": [float("inf"), 1.0]})

@@ -5,11 +5,11 @@ import jax
 import numpy as np
 import pytest
 
-from fastgp.train.cli import build_parser
-from fastgp.train.models import mlp
-from fastgp.train.naive_trainer import NaiveTrainer
-from fastgp.train.state import ConfigError, TrainConfig
-from fastgp.train.trainer import Trainer, make_mesh
+from fastgp.train.cli.parser import build_parser
+from fastgp.train.models.networks import mlp
+from fastgp.train.training.naive_trainer import NaiveTrainer
+from fastgp.train.training.state import ConfigError, TrainConfig
+from fastgp.train.training.trainer import Trainer, make_mesh
 
 
 def problem():

@@ -1,7 +1,7 @@
 """The sharded trainer equals the plain one-device trainer; diagnostics, errors and TPU compile.
 
 Multi-device runs happen in subprocesses (the device count is fixed when JAX starts): through the
-``python -m fastgp.train.selfcheck`` CLI, or ``tests/multidevice_worker.py`` for the other
+``python -m fastgp.train.cli check`` command, or ``tests/multidevice_worker.py`` for the other
 scenarios.
 """
 
@@ -17,9 +17,15 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh
 
-from fastgp.train.diagnostics import summarize
-from fastgp.train.state import TrainConfig, critic_keys, generator_key, gp_schedule, index_sampler
-from fastgp.train.trainer import Trainer
+from fastgp.train.training.diagnostics import summarize
+from fastgp.train.training.state import (
+    TrainConfig,
+    critic_keys,
+    generator_key,
+    gp_schedule,
+    index_sampler,
+)
+from fastgp.train.training.trainer import Trainer
 
 WORKER = Path(__file__).resolve().parents[1] / "multidevice_worker.py"  # tests/, shared
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +66,7 @@ def assert_within_float32_bounds(result: dict) -> None:
 # --- equality with the naive path, one subprocess per mesh size --------------------------------
 
 EQUALITY_CASES = [
-    # (devices, backend, kind, via): "module" is a plain `python -m fastgp.train.selfcheck`;
+    # (devices, backend, kind, via): "module" is a plain `python -m fastgp.train.cli check`;
     # "reexec" calls main() in a process whose JAX already started with one device, so it must
     # re-execute.
     (1, "xla", "wgan-gp", "module"),
@@ -88,11 +94,11 @@ def test_sharded_equals_naive(devices, backend, kind, via):
         kind,
     ]
     if via == "module":
-        proc = _run(["-m", "fastgp.train.selfcheck", *argv])
+        proc = _run(["-m", "fastgp.train.cli", "check", *argv])
     else:
         code = (
-            "import sys, jax; jax.devices(); from fastgp.train.selfcheck import main; "
-            f"sys.exit(main({argv!r}))"
+            "import sys, jax; jax.devices(); from fastgp.train.cli.main import main; "
+            f"sys.exit(main({['check', *argv]!r}))"
         )
         proc = _run(["-c", code])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -134,7 +140,7 @@ LOSS_CASES = [
 def test_every_loss_and_placement_equals_naive(devices, loss, kind, placement):
     argv = ["--devices", str(devices), "--steps", "2", "--batch-size", "16", "--n-critic", "2"]
     argv += ["--backend", "xla", "--loss", loss, "--gp-kind", kind, "--gp-at", placement]
-    proc = _run(["-m", "fastgp.train.selfcheck", *argv])
+    proc = _run(["-m", "fastgp.train.cli", "check", *argv])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = _last_json(proc.stdout)
     assert result["ok"] is True
@@ -146,7 +152,8 @@ def test_lazy_regularisation_equals_naive():
     proc = _run(
         [
             "-m",
-            "fastgp.train.selfcheck",
+            "fastgp.train.cli",
+            "check",
             "--devices",
             "3",
             "--steps",
@@ -171,7 +178,8 @@ def test_nested_reverse_trainer_equals_naive(backend):
     proc = _run(
         [
             "-m",
-            "fastgp.train.selfcheck",
+            "fastgp.train.cli",
+            "check",
             "--devices",
             "2",
             "--steps",
@@ -197,7 +205,8 @@ def test_digits_conv_critic_equals_naive():
     proc = _run(
         [
             "-m",
-            "fastgp.train.selfcheck",
+            "fastgp.train.cli",
+            "check",
             "--dataset",
             "digits",
             "--devices",
@@ -227,7 +236,8 @@ def test_digits_bf16_multi_block_equals_naive():
     proc = _run(
         [
             "-m",
-            "fastgp.train.selfcheck",
+            "fastgp.train.cli",
+            "check",
             "--dataset",
             "digits",
             "--precision",
@@ -256,8 +266,8 @@ def test_fused_and_unfused_runs_agree(problem, gp_every):
     """``Trainer.run`` as one fused scan (TPU, GPU) and as one compiled iteration per call with
     the critic steps written out (CPU): the same steps, states and metrics. With n_critic 3,
     gp_every 3 is decided at trace time when written out and by ``lax.cond`` when fused."""
-    from fastgp.train.models import conv_critic, conv_generator, mlp
-    from fastgp.train.trainer import make_mesh
+    from fastgp.train.models.networks import conv_critic, conv_generator, mlp
+    from fastgp.train.training.trainer import make_mesh
 
     if problem == "toy":
         models = (
@@ -313,7 +323,7 @@ def test_fused_and_unfused_runs_agree(problem, gp_every):
 def _conv_inside(model):
     """``model`` with a 1x1 convolution (a no-op on values) hidden in a nested jit and a
     lax.cond of its apply: the networks' program holds a convolution, their code no conv layer."""
-    from fastgp.train.models import Model
+    from fastgp.train.models.networks import Model
 
     def apply(params, x, dtype=jax.numpy.float32):
         @jax.jit
@@ -334,8 +344,9 @@ def test_default_fusing_follows_the_networks_program():
     compile), those of networks with a convolution anywhere in their program one by one with the
     critic steps written out (XLA:CPU runs convolutions several times slower in a loop body);
     elsewhere always fused; ``fused=`` overrides; and ``run`` goes the way ``fused`` says."""
-    from fastgp.train.recipes import build_problem, default_config
-    from fastgp.train.trainer import default_fused, make_mesh, network_primitives
+    from fastgp.train.recipes.defaults import build_problem, default_config
+    from fastgp.train.training.fusion import default_fused, network_primitives
+    from fastgp.train.training.trainer import make_mesh
 
     mesh = make_mesh(jax.devices()[:1])
     for dataset in ("8gaussians", "25gaussians", "digits"):
@@ -431,7 +442,7 @@ def test_summarize_reads_the_last_step_and_the_replica_spread():
 
 def test_parameter_updates_are_compared_per_array_in_l2():
     """One Adam-amplified entry does not decide the updates' difference; every core does."""
-    from fastgp.train.selfcheck import max_rel_diff, rel_l2_diff
+    from fastgp.train.run.check import max_rel_diff, rel_l2_diff
 
     ref = {"w": np.full(400, 1e-3), "b": np.zeros(3)}
     ours = {"w": ref["w"].copy(), "b": np.zeros(3)}
@@ -523,7 +534,7 @@ def test_decay_needs_total_steps():
 
 
 def test_learning_rates_decay_linearly_to_zero_over_the_last_fraction():
-    from fastgp.train.state import lr_schedule
+    from fastgp.train.training.state import lr_schedule
 
     schedule = lr_schedule(2e-3, 100, 0.5)
     assert [float(schedule(i)) for i in (0, 49, 50)] == pytest.approx([2e-3, 2e-3, 2e-3])
@@ -533,7 +544,7 @@ def test_learning_rates_decay_linearly_to_zero_over_the_last_fraction():
 
 
 def _toy_models():
-    from fastgp.train.models import mlp
+    from fastgp.train.models.networks import mlp
 
     return mlp([2, 4, 2]), mlp([2, 4, 1]), lambda key, n: jax.random.normal(key, (n, 2))
 

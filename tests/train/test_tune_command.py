@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from fastgp.train import cli
+from fastgp.train.cli.main import main
 
 LOSSES = textwrap.dedent(
     """
@@ -15,7 +15,7 @@ LOSSES = textwrap.dedent(
     import jax
 
     from fastgp import interpolate
-    from fastgp.train.models import mlp
+    from fastgp.train.models.networks import mlp
 
     MODEL = mlp([4, 16, 1])
 
@@ -52,7 +52,7 @@ def losses(tmp_path):
 
 def test_tune_prints_the_table_and_writes_the_pick(losses, tmp_path, capsys):
     out = tmp_path / "tuning.json"
-    code = cli.main(["tune", f"{losses}:build", "--rounds", "2", "--json", str(out)])
+    code = main(["tune", f"{losses}:build", "--rounds", "2", "--json", str(out)])
     printed = capsys.readouterr().out
     assert code == 0
     assert "naive (nested jax.grad)" in printed and "best: gradient_penalty(..., " in printed
@@ -74,7 +74,7 @@ def test_tune_prints_the_table_and_writes_the_pick(losses, tmp_path, capsys):
     ],
 )
 def test_a_bad_target_exits_2_naming_the_problem(losses, capsys, target, message):
-    code = cli.main(["tune", target.format(losses=losses)])
+    code = main(["tune", target.format(losses=losses)])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("fastgp tune: error: ")

@@ -16,10 +16,10 @@ from test_data_models import _block_maxima
 
 import fastgp
 from fastgp.testing import assert_penalty_matches_naive
-from fastgp.train.cli import main
-from fastgp.train.data import load_digits
-from fastgp.train.models import vit_critic
-from fastgp.train.recipes import (
+from fastgp.train.cli.main import main
+from fastgp.train.data.sets import load_digits
+from fastgp.train.models.networks import vit_critic
+from fastgp.train.recipes.defaults import (
     DIGITS,
     DIGITS_VIT,
     VIT,
@@ -28,7 +28,7 @@ from fastgp.train.recipes import (
     default_steps,
     recipe,
 )
-from fastgp.train.state import TrainConfig
+from fastgp.train.training.state import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 # The trainer tests' toy images: uniform pixels in [-1, 1] (tests/train/test_trainer.py).
@@ -169,8 +169,8 @@ def test_vit_on_2d_data_names_the_critic_flag(argv, capsys, tmp_path):
 def test_resuming_with_another_critic_is_refused_and_old_checkpoints_are_conv():
     """A checkpoint records the critic in its config; --critic that contradicts it is an error
     naming the flag; a checkpoint from before the flag (no "critic") resumes as conv."""
-    from fastgp.train.run_config import Resumed, _continued
-    from fastgp.train.run_options import RunError, RunOptions
+    from fastgp.train.run.config import Resumed, _continued
+    from fastgp.train.run.options import RunError, RunOptions
 
     config = json.loads(json.dumps(default_config("digits", critic="vit").__dict__))
     resumed = Resumed(3, {"dataset": "digits", "config": config}, None)
@@ -210,8 +210,8 @@ def test_check_with_the_vit_critic_equals_naive(child_env):
 
 def _final_state(out, step=4):
     """(config, TrainState checkpointed at ``step``) of the run in ``out``."""
-    from fastgp.train.checkpoints import Checkpoints
-    from fastgp.train.state import init_state
+    from fastgp.train.run.checkpoints import Checkpoints
+    from fastgp.train.training.state import init_state
 
     run = json.loads((out / "run.json").read_text())
     config = TrainConfig(**{**run["config"], "betas": tuple(run["config"]["betas"])})

@@ -3,11 +3,11 @@
     lock = prepare_out(out, resume)          # process 0: --out created and locked (RunError)
     session = setup(options, overrides)      # config, trainer, state, evaluator, logs, run.json
 
-``setup`` resolves the run (``fastgp.train.run_config``), the cadence (flags, else the
+``setup`` resolves the run (``fastgp.train.run.config``), the cadence (flags, else the
 checkpoint's, else ``CADENCE``), the devices of the mesh (a batch size they do not divide is a
-RunError naming the flag to change), ``--second-order auto`` (``fastgp.train.penalty_tuning``),
+RunError naming the flag to change), ``--second-order auto`` (``fastgp.train.run.penalty_tuning``),
 the Trainer and its state (fresh or the checkpoint's), and on process 0 opens metrics.jsonl and
-writes run.json. ``fastgp.train.run`` drives the Session from there.
+writes run.json. ``fastgp.train.run.loop`` drives the Session from there.
 """
 
 import dataclasses
@@ -18,16 +18,16 @@ from typing import Any, NamedTuple
 import jax
 
 from fastgp.autotune import Tuning
-from fastgp.train import outputs
-from fastgp.train.checkpoints import Checkpoints, CheckpointWriteError, host_copy, reason
-from fastgp.train.evaluation import Evaluator
-from fastgp.train.penalty_tuning import choose_second_order, tuning_line, tuning_record
-from fastgp.train.recipes import Problem, build_problem
-from fastgp.train.run_config import Resumed, resolve
-from fastgp.train.run_options import CADENCE, RunError, RunFailure, RunOptions, warn, write_output
-from fastgp.train.runlock import DirectoryBusy, RunLock
-from fastgp.train.state import TrainConfig, TrainState
-from fastgp.train.trainer import Trainer, make_mesh
+from fastgp.train.recipes.defaults import Problem, build_problem
+from fastgp.train.run import outputs
+from fastgp.train.run.checkpoints import Checkpoints, CheckpointWriteError, host_copy, reason
+from fastgp.train.run.config import Resumed, resolve
+from fastgp.train.run.evaluation import Evaluator
+from fastgp.train.run.lock import DirectoryBusy, RunLock
+from fastgp.train.run.options import CADENCE, RunError, RunFailure, RunOptions, warn, write_output
+from fastgp.train.run.penalty_tuning import choose_second_order, tuning_line, tuning_record
+from fastgp.train.training.state import TrainConfig, TrainState
+from fastgp.train.training.trainer import Trainer, make_mesh
 
 
 class Cadence(NamedTuple):
@@ -41,7 +41,7 @@ class Cadence(NamedTuple):
 
 @dataclasses.dataclass
 class Session:
-    """One invocation's run, from :func:`setup` through ``fastgp.train.run``'s loop to its
+    """One invocation's run, from :func:`setup` through ``fastgp.train.run.loop``'s loop to its
     outputs."""
 
     options: RunOptions

@@ -1,7 +1,9 @@
-"""The quality metric of the two digit datasets (scikit-learn's 8x8 digits, 28x28 MNIST): two-sample
-tests, a feature distance, classifier confidence and the classes covered, each figure with the
-pixel noise it is equivalent to.
+"""The quality of generated samples: the 2-D mixtures' mode metric, and the metric of the two digit
+datasets (scikit-learn's 8x8 digits, 28x28 MNIST): two-sample tests, a feature distance,
+classifier confidence and the classes covered, each figure with the pixel noise it is equivalent
+to.
 
+    mode_quality(samples, centers, sigma) -> {"modes", "high_quality", "total_modes"} (2-D data)
     ImageQuality(spec, seed=0)(samples)  -> the metric's dict (below), for a QualitySpec
     DigitQuality(seed=0), MnistQuality(seed=0)   the metric of 8x8 digits, of 28x28 MNIST
     quality_metric(dataset, seed=0)      -> the metric of "digits" or "mnist"
@@ -18,15 +20,19 @@ pixel noise it is equivalent to.
       confidence, confidence_floor, confidence_sigma    and for the classifier's mean confidence
       c2st_samples (n_samples), classes_covered, class_entropy, class_histogram (10 counts)
 
-A dataset's images are split into two class-stratified halves (fixed ``seed``; ``digit_split``
-and ``mnist_split`` of ``fastgp.train.data``): ``fastgp train`` trains on the first (the split of
-seed 0), the second is the held-out real reference. ``n_samples`` is the size of one set of
-samples: the held-out half for the digits (898), 1000 for MNIST (a C2ST on both 2500-digit
-halves would cost six times more; one call takes 2-5 s on two shared cores). Every ``*_floor`` is
-the figure of the first half's whole sets of ``n_samples``, each image once (the C2ST's: the
-first set; the Frechet distance: the mean over the sets, one of 898 digits, two of 1000 MNIST
-digits): what fresh draws of real images score. A generator that reproduces its training half
-exactly draws those images with replacement, and scores worse (``digit_calibration``'s resampled
+**Gaussian mixtures** (the VEEGAN/PacGAN metric): a sample is high quality when it lies within
+3 sigma of its nearest mode; a mode is captured when it is the nearest of at least one such
+sample.
+
+**Digits and MNIST.** A dataset's images are split into two class-stratified halves (fixed ``seed``;
+``digit_split`` and ``mnist_split`` of ``fastgp.train.data.sets``): ``fastgp train`` trains on the
+first (the split of seed 0), the second is the held-out real reference. ``n_samples`` is the size of
+one set of samples: the held-out half for the digits (898), 1000 for MNIST (a C2ST on both
+2500-digit halves would cost six times more; one call takes 2-5 s on two shared cores). Every
+``*_floor`` is the figure of the first half's whole sets of ``n_samples``, each image once (the
+C2ST's: the first set; the Frechet distance: the mean over the sets, one of 898 digits, two of 1000
+MNIST digits): what fresh draws of real images score. A generator that reproduces its training half
+exactly draws those images with replacement, and scores worse (``calibration``'s resampled
 row).
 
 C2ST (classifier two-sample test, Lopez-Paz & Oquab 2017): the first ``n_samples`` samples
@@ -49,7 +55,7 @@ and callers pass ``sets_wanted`` samples.
 
 ``*_sigma``: the sigma of the clipped Gaussian pixel noise whose calibration row scores the
 figure (the spec's ``curve``: seed 0, the first half + N(0, sigma^2) clipped to [-1, 1]; the
-tables of ``fastgp.train.digit_calibration``), linear between rows; 0.0 at or past the floor, the
+tables of ``fastgp.train.data.calibration``), linear between rows; 0.0 at or past the floor, the
 last sigma for anything at least as bad as it. Deterministic for a ``seed``.
 """
 
@@ -60,7 +66,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fastgp.train import data
+from fastgp.train.data import sets
 
 CLASSES = 10
 COVERED_SHARE = 0.25 / CLASSES
@@ -87,7 +93,7 @@ class QualitySpec(NamedTuple):
 
 # Calibration of the *_sigma figures: seed 0, the first half + clipped N(0, sigma^2) pixel noise
 # (sigma 0 is real vs real; FRECHET_SETS noise draws), as printed by
-# `python -m fastgp.train.digit_calibration [--dataset mnist]`; tests check them against a fresh
+# `python -m fastgp.train.data.calibration [--dataset mnist]`; tests check them against a fresh
 # computation.
 NOISE_SIGMAS = (0.0, 0.025, 0.05, 0.1, 0.2, 0.4)
 NOISE_CURVE: dict[str, tuple[float, ...]] = {
@@ -105,9 +111,9 @@ MNIST_NOISE_CURVE: dict[str, tuple[float, ...]] = {
 DIGITS = QualitySpec(
     name="digits",
     image=(8, 8, 1),
-    load=data.load_digits,
-    labels=data.digit_labels,
-    split=data.digit_split,
+    load=sets.load_digits,
+    labels=sets.digit_labels,
+    split=sets.digit_split,
     set_size=None,
     c2st_mlp=(128, 3e-3, 50),
     sigmas=NOISE_SIGMAS,
@@ -115,10 +121,10 @@ DIGITS = QualitySpec(
 )
 MNIST = QualitySpec(
     name="mnist",
-    image=data.MNIST_SHAPE,
-    load=data.load_mnist,
-    labels=data.mnist_labels,
-    split=data.mnist_split,
+    image=sets.MNIST_SHAPE,
+    load=sets.load_mnist,
+    labels=sets.mnist_labels,
+    split=sets.mnist_split,
     set_size=1000,
     c2st_mlp=(128, 1e-3, 20),
     sigmas=MNIST_NOISE_SIGMAS,
@@ -317,6 +323,42 @@ def quality_metric(dataset: str, seed: int = 0) -> ImageQuality:
     return ImageQuality(SPECS[dataset], seed)
 
 
+# --- Gaussian mixtures --------------------------------------------------------------------------
+
+
+def mode_quality(samples: Any, centers: Any, sigma: float) -> dict[str, Any]:
+    """Modes captured and percentage of high-quality samples.
+
+    samples (N, 2), centers (M, 2), sigma the per-mode std (all in data coordinates). A sample is
+    high quality when it lies within 3 * sigma (Euclidean) of its nearest center; a mode is
+    captured when it is the nearest center of at least one high-quality sample.
+    Returns ``{"modes": int, "high_quality": float percent, "total_modes": int}``.
+    """
+    samples = np.asarray(samples, np.float64)
+    centers = np.asarray(centers, np.float64)
+    if samples.ndim != 2 or centers.ndim != 2 or samples.shape[1] != centers.shape[1]:
+        raise ValueError(
+            f"samples {samples.shape} and centers {centers.shape} must be (N, d) "
+            f"and (M, d) with the same d"
+        )
+    if samples.shape[0] == 0 or centers.shape[0] == 0:
+        raise ValueError(
+            f"need at least one sample and one center, got samples {samples.shape} "
+            f"and centers {centers.shape}"
+        )
+    if not sigma > 0:
+        raise ValueError(f"sigma must be positive, got {sigma}")
+    dist = np.linalg.norm(samples[:, None, :] - centers[None, :, :], axis=-1)  # (N, M)
+    nearest = dist.argmin(axis=1)
+    # A non-finite sample (diverged generator) has a NaN distance and is never high quality.
+    good = dist[np.arange(len(samples)), nearest] <= 3.0 * sigma
+    return {
+        "modes": int(np.unique(nearest[good]).size),
+        "high_quality": float(100.0 * good.mean()),
+        "total_modes": int(centers.shape[0]),
+    }
+
+
 __all__ = [
     "CLASSES",
     "CLASSIFIER_WIDTH",
@@ -333,6 +375,7 @@ __all__ = [
     "QualitySpec",
     "SPECS",
     "frechet",
+    "mode_quality",
     "noise_sigma",
     "quality_metric",
 ]

@@ -1,8 +1,8 @@
 """What both trainers share: the configuration, the state, initialisation and the RNG derivation.
 
-The sharded trainer (``fastgp.train.trainer``) and the plain one-device oracle
-(``fastgp.train.naive_trainer``) must see the same parameters, optimiser and random numbers, so all
-of that is defined here once:
+The sharded trainer (``fastgp.train.training.trainer``) and the plain one-device oracle
+(``fastgp.train.training.naive_trainer``) must see the same parameters, optimiser and random
+numbers, so all of that is defined here once:
 
     TrainConfig                          hyperparameters (frozen; ``dataclasses.asdict`` for logs)
     TrainState                           (iteration, key, g_params, d_params, g_opt, d_opt)
@@ -26,8 +26,8 @@ from fastgp._backends import BACKENDS
 from fastgp._penalty.kinds import KINDS
 from fastgp._typing import Backend, Kind, SecondOrder
 from fastgp.penalty import SECOND_ORDER
-from fastgp.train.losses import LOSSES, Loss
-from fastgp.train.penalties import (
+from fastgp.train.objective.losses import LOSSES, Loss
+from fastgp.train.objective.penalties import (
     APPROXIMATE_SCALES,
     PLACEMENTS,
     WEIGHT_SCHEDULES,
@@ -40,12 +40,12 @@ from fastgp.train.penalties import (
 )
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
-# "auto": fastgp.train.penalty_tuning picks one of SECOND_ORDER at start-up, before the Trainer.
+# "auto": fastgp.train.run.penalty_tuning picks one of SECOND_ORDER at start-up, before the Trainer.
 # The exact kinds, and fastgp.approximate_r1 at the reals (first-order autodiff only).
 TrainKind: TypeAlias = Kind | Literal["approximate-r1"]
 ConfigSecondOrder: TypeAlias = SecondOrder | Literal["auto"]
 Precision: TypeAlias = Literal["f32", "bf16"]
-# The critic of an image recipe (fastgp.train.recipes): the conv network, or the small ViT.
+# The critic of an image recipe (fastgp.train.recipes.defaults): the conv network, or the small ViT.
 CriticName: TypeAlias = Literal["conv", "vit"]
 CRITICS: tuple[CriticName, ...] = ("conv", "vit")
 TRAIN_KINDS: tuple[TrainKind, ...] = (*KINDS, "approximate-r1")
@@ -68,8 +68,8 @@ class TrainConfig:
     """GAN training hyperparameters. ``batch_size`` is the GLOBAL batch (all devices).
 
     One generator iteration is ``n_critic`` critic steps then one generator step. ``loss`` is
-    the GAN loss (``fastgp.train.losses``). The penalty ``gp_kind`` is taken at ``gp_at``
-    (``fastgp.train.penalties``; None: the kind's usual points) and applied on every
+    the GAN loss (``fastgp.train.objective.losses``). The penalty ``gp_kind`` is taken at ``gp_at``
+    (``fastgp.train.objective.penalties``; None: the kind's usual points) and applied on every
     ``gp_every``-th critic step (counted over the whole run) with weight ``gp_weight * gp_every``
     (lazy regularisation, StyleGAN2), the critic's Adam corrected as StyleGAN2's when
     ``lazy_adam``. ``gp_schedule="cosine"`` moves the weight from ``gp_weight`` to
@@ -81,7 +81,7 @@ class TrainConfig:
     ``decay_fraction > 0`` both learning rates stay constant, then decay
     linearly to 0 over the last ``decay_fraction`` of ``total_steps`` generator iterations (the
     critic's schedule counts its ``n_critic`` steps per iteration).
-    ``second_order="auto"`` must be resolved (``fastgp.train.penalty_tuning``) before training.
+    ``second_order="auto"`` must be resolved (``fastgp.train.run.penalty_tuning``) before training.
     ``gp_kind="approximate-r1"`` is ``fastgp.approximate_r1`` at ``gp_at`` with noise
     ``gp_sigma``; it takes no input-gradient, so its norm statistics are NaN, and
     ``second_order`` does not apply to it.
@@ -143,7 +143,7 @@ class TrainConfig:
 
     @property
     def resolved_second_order(self) -> SecondOrder:
-        """``second_order`` once ``"auto"`` is resolved (``fastgp.train.penalty_tuning``)."""
+        """``second_order`` once ``"auto"`` is resolved (``fastgp.train.run.penalty_tuning``)."""
         if self.second_order == "auto":
             raise ValueError("second_order='auto' is resolved before training")
         return self.second_order

@@ -2,12 +2,12 @@
 
     metrics.jsonl    one JSON object per logged step (see :func:`metrics_record`)
     samples.npy      generator samples in data coordinates at the end, (N, ...) float32
-    figure.png       see ``fastgp.train.figures``
+    figure.png       see ``fastgp.train.run.figures``
     summary.json     the final summary line
     run.json         dataset and TrainConfig of the run
-    checkpoints/     orbax checkpoints (``fastgp.train.checkpoints``)
+    checkpoints/     orbax checkpoints (``fastgp.train.run.checkpoints``)
     checkpoints-damaged/   damaged checkpoints that ``--resume`` skipped
-    .fastgp.lock     exists while a run uses the directory (``fastgp.train.runlock``)
+    .fastgp.lock     exists while a run uses the directory (``fastgp.train.run.lock``)
 
 Every JSON file is strict JSON: a non-finite float (a diverged loss) is written as null.
 """
@@ -37,7 +37,7 @@ def metrics_record(
     the penalty (null when none did); ``nonfinite`` counts each core's non-finite norms over the
     whole chunk. ``quality``: modes, total_modes, high_quality (2-D mixtures); c2st_accuracy,
     c2st_floor, c2st_sigma, frechet_distance, frechet_spread, frechet_sigma, confidence,
-    classes_covered, class_entropy (digits: ``fastgp.train.evaluation.DIGITS_RECORD``).
+    classes_covered, class_entropy (digits: ``fastgp.train.run.evaluation.DIGITS_RECORD``).
     """
     m = {name: np.asarray(value) for name, value in metrics.items()}
     critic = lambda name: m[name].reshape((-1,) + m[name].shape[2:])  # (I*C, N)

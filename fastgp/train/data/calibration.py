@@ -5,8 +5,8 @@ on known degradations of them.
                                -> [{"row": name, "sigma": noise sigma or None, **figures}]
     markdown(rows)             -> the rows as a markdown table
     render(path)               -> the markdown table of a written calibration (json)
-    noise_curve(rows, spec)    -> the spec's noise curve (``fastgp.train.digit_quality``)
-    python -m fastgp.train.digit_calibration [--dataset mnist] [--seed S]
+    noise_curve(rows, spec)    -> the spec's noise curve (``fastgp.train.data.quality``)
+    python -m fastgp.train.data.calibration [--dataset mnist] [--seed S]
         [--json benchmarks/results/mnist/calibration.json] [--write README.md docs/trainer.md]
 
 Every row is built from the metric's first half (the images a run trains on; the held-out half
@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgp.train.digit_quality import (
+from fastgp.train.data.quality import (
     FRECHET_SETS,
     SPECS,
     ImageQuality,
@@ -206,7 +206,7 @@ def write_json(path: str | Path, rows: list[dict[str, Any]], metric: ImageQualit
         "sigmas": list(spec.sigmas),
         "noise_curve": noise_curve(rows, spec),
         "machine": f"{os.cpu_count()} {platform.machine()} cores, one BLAS thread",
-        "command": f"python -m fastgp.train.digit_calibration --dataset {spec.name} "
+        "command": f"python -m fastgp.train.data.calibration --dataset {spec.name} "
         f"--seed {metric.seed} --json {path}",
         "rows": rows,
     }

@@ -4,9 +4,9 @@
     args = parser.parse_args(argv)   # a bad value exits 2 with a line naming its flag
 
 Flags that set ``TrainConfig`` fields default to None, the dataset's recipe
-(``fastgp.train.recipes``), whose values their help lists; ``fastgp check``'s defaults are
-``fastgp.train.selfcheck.run_check``'s keyword arguments (:data:`CHECK_OPTIONS`).
-``fastgp.train.cli`` validates the parsed flags together and dispatches.
+(``fastgp.train.recipes.defaults``), whose values their help lists; ``fastgp check``'s defaults are
+``fastgp.train.run.check.run_check``'s keyword arguments (:data:`CHECK_OPTIONS`).
+``fastgp.train.cli.main`` validates the parsed flags together and dispatches.
 """
 
 import argparse
@@ -17,12 +17,19 @@ from typing import Any
 
 from fastgp._backends import BACKENDS
 from fastgp.penalty import SECOND_ORDER
-from fastgp.train import selfcheck, tune_command
-from fastgp.train.data import CHECK_DATASETS, DATASETS
-from fastgp.train.losses import LOSSES
-from fastgp.train.penalties import APPROXIMATE_SCALES, PLACEMENTS, WEIGHT_SCHEDULES
-from fastgp.train.recipes import default_config
-from fastgp.train.state import CONFIG_SECOND_ORDER, CRITICS, INT32_MAX, PRECISIONS, TRAIN_KINDS
+from fastgp.train.cli import tune
+from fastgp.train.data.sets import CHECK_DATASETS, DATASETS
+from fastgp.train.objective.losses import LOSSES
+from fastgp.train.objective.penalties import APPROXIMATE_SCALES, PLACEMENTS, WEIGHT_SCHEDULES
+from fastgp.train.recipes.defaults import default_config
+from fastgp.train.run.check import run_check
+from fastgp.train.training.state import (
+    CONFIG_SECOND_ORDER,
+    CRITICS,
+    INT32_MAX,
+    PRECISIONS,
+    TRAIN_KINDS,
+)
 
 SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
 FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
@@ -30,7 +37,7 @@ FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
 # The check's options and their defaults are run_check's keyword arguments: one set of defaults.
 CHECK_OPTIONS = {
     name: p.default
-    for name, p in inspect.signature(selfcheck.run_check).parameters.items()
+    for name, p in inspect.signature(run_check).parameters.items()
     if p.kind is p.KEYWORD_ONLY
 }
 
@@ -271,7 +278,7 @@ def _add_training_flags(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``fastgp`` parser: subcommands train, check and tune (``fastgp.train.tune_command``)."""
+    """The ``fastgp`` parser: subcommands train, check and tune (``fastgp.train.cli.tune``)."""
     parser = argparse.ArgumentParser(
         prog="fastgp",
         description="Fused WGAN-GP gradient penalties: train a GAN with the "
@@ -281,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,check,tune}")
     _add_train_parser(sub)
     _add_check_parser(sub)
-    tune_command.add_parser(sub)
+    tune.add_parser(sub)
     return parser
 
 

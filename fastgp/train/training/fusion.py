@@ -5,8 +5,8 @@
 
 Fused everywhere, except on CPU for networks with a primitive of :data:`LOOP_SLOW_ON_CPU`
 (convolutions): XLA:CPU lays out the weight-gradient convolutions inside a loop body for a slow
-path, so those networks run one compiled iteration per dispatch there (``fastgp.train.trainer``
-has both ways; docs/trainer.md the measurements).
+path, so those networks run one compiled iteration per dispatch there
+(``fastgp.train.training.trainer`` has both ways; docs/trainer.md the measurements).
 """
 
 from typing import Any
@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fastgp.train.models import Model
-from fastgp.train.state import TrainConfig
+from fastgp.train.models.networks import Model
+from fastgp.train.training.state import TrainConfig
 
 # Primitives XLA:CPU runs several times slower inside a loop body (``lax.scan``, ``lax.cond``)
 # than at the top level of a program; a network that holds one runs unfused on CPU by default.

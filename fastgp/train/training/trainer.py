@@ -12,27 +12,26 @@
     loss, grads = trainer.generator_gradients(state)        # the generator step, no update
 
 One generator iteration is ``n_critic`` critic steps then one generator step. Parameters and
-optimiser state are replicated (``P()``), batches are sharded over "data" (``P("data")``).
-Semantics are those of one device with the GLOBAL batch: real data, generator noise and
-interpolation alpha are drawn for the global batch from the keys of ``fastgp.train.state`` and each
-core uses its slice; losses are global means; parameter gradients are ``jax.grad`` taken inside
-``shard_map`` (``check_vma=True``) of the psum'd global-mean loss, which makes them the
-single-device gradients with no hand-written scaling; they are taken with respect to the raveled
-parameters cast once to per-core values, so each step all-reduces one vector
-(``_packed_value_and_grad``).
-``fastgp.train.selfcheck`` verifies all of that against ``fastgp.train.naive_trainer``.
+optimiser state are replicated (``P()``), batches are sharded over "data" (``P("data")``). Semantics
+are those of one device with the GLOBAL batch: real data, generator noise and interpolation alpha
+are drawn for the global batch from the keys of ``fastgp.train.training.state`` and each core uses
+its slice; losses are global means; parameter gradients are ``jax.grad`` taken inside ``shard_map``
+(``check_vma=True``) of the psum'd global-mean loss, which makes them the single-device gradients
+with no hand-written scaling; they are taken with respect to the raveled parameters cast once to
+per-core values, so each step all-reduces one vector (``_packed_value_and_grad``).
+``fastgp.train.run.check`` verifies all of that against ``fastgp.train.training.naive_trainer``.
 
 ``run`` goes one of two ways, the same steps and random numbers (``fused``; None:
-:func:`default_fused`). Fused: ``run(state, I)`` is one compiled ``lax.scan`` over the I
+``fusion.default_fused``). Fused: ``run(state, I)`` is one compiled ``lax.scan`` over the I
 iterations, each a ``lax.scan`` over the critic steps: one dispatch, a program that does not grow
 with I or n_critic. Unfused: ``run`` calls ``iteration``, ONE generator iteration compiled with
 its critic steps written out (no loop in the program), I times. The default is fused, except on
-CPU for networks with a primitive of :data:`LOOP_SLOW_ON_CPU` (convolutions): XLA:CPU lays out
+CPU for networks with a primitive of ``fusion.LOOP_SLOW_ON_CPU`` (convolutions): XLA:CPU lays out
 the weight-gradient convolutions inside a loop body for a slow path (many times slower per
 iteration in the scan than written out; docs/trainer.md has the measurements), and a dispatch
 per iteration costs little there. The MLP pairs run fused on CPU too: their scan
 compiles faster and costs less CPU time per iteration than the written-out iteration
-(``benchmarks/train_time.py``); ``fastgp.train.fusion`` holds that choice. Written out, a
+(``benchmarks/train_time.py``); ``fastgp.train.training.fusion`` holds that choice. Written out, a
 ``gp_every`` that divides ``n_critic`` decides the lazy penalty of each critic step at trace
 time (no ``lax.cond``). ``run.lower`` lowers the fused program either way.
 
@@ -58,12 +57,12 @@ from jax.sharding import PartitionSpec as P
 
 from fastgp._backends import blocking, check_backend_for_manual_axes
 from fastgp.distributed import global_batch_slice, global_mean
-from fastgp.train import diagnostics
-from fastgp.train.fusion import LOOP_SLOW_ON_CPU, default_fused, network_primitives
-from fastgp.train.losses import critic_terms, generator_terms, uses_real_in_generator
-from fastgp.train.models import Model
-from fastgp.train.penalties import placed_penalty
-from fastgp.train.state import (
+from fastgp.train.models.networks import Model
+from fastgp.train.objective.losses import critic_terms, generator_terms, uses_real_in_generator
+from fastgp.train.objective.penalties import placed_penalty
+from fastgp.train.training import diagnostics
+from fastgp.train.training.fusion import default_fused
+from fastgp.train.training.state import (
     TrainConfig,
     TrainState,
     critic_keys,
@@ -90,13 +89,13 @@ def _shard(x: Any, sharding: NamedSharding) -> Any:
 
 
 class Trainer:
-    """Sharded WGAN-GP training of ``generator`` and ``critic`` (a ``fastgp.train.models.Model``
-    pair).
+    """Sharded WGAN-GP training of ``generator`` and ``critic`` (a
+    ``fastgp.train.models.networks.Model`` pair).
 
     ``sample_real(key, n)`` returns ``n`` real samples (n, ...) float32 and must be jittable (see
-    ``fastgp.train.state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh with
-    axis "data" (default :func:`make_mesh`). With an interpret backend ``run``, ``critic_step`` and
-    ``gradients`` wait for their results before returning (``fastgp._backends``).
+    ``fastgp.train.training.state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh
+    with axis "data" (default :func:`make_mesh`). With an interpret backend ``run``, ``critic_step``
+    and ``gradients`` wait for their results before returning (``fastgp._backends``).
     """
 
     def __init__(
@@ -112,7 +111,7 @@ class Trainer:
         if config.second_order == "auto":
             raise ValueError(
                 "second_order='auto' is resolved before training: "
-                "fastgp.train.penalty_tuning.choose_second_order(config, problem, local_batch) "
+                "fastgp.train.run.penalty_tuning.choose_second_order(config, problem, local_batch) "
                 "returns the config with the faster exact second order"
             )
         mesh = make_mesh() if mesh is None else mesh
@@ -155,7 +154,8 @@ class Trainer:
     # --- public (plus the jitted run, critic_step, gradients and sample set in __init__) -------
 
     def init(self) -> TrainState:
-        """The initial state (``fastgp.train.state.init_state``), replicated on the mesh."""
+        """The initial state (``fastgp.train.training.state.init_state``), replicated on the
+        mesh."""
         return self.replicate(init_state(self.config, self.generator, self.critic))
 
     def replicate(self, state: TrainState) -> TrainState:
@@ -431,11 +431,4 @@ class _Run:
         return state, _stack(steps)  # (I, ...), as the fused scan stacks them
 
 
-__all__ = [
-    "AXIS",
-    "LOOP_SLOW_ON_CPU",
-    "Trainer",
-    "default_fused",
-    "make_mesh",
-    "network_primitives",
-]
+__all__ = ["AXIS", "Trainer", "make_mesh"]

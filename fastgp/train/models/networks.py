@@ -266,12 +266,12 @@ def vit_critic(
     attention: Callable[..., jax.Array] | None = None,
 ) -> Model:
     """A ViT critic for (B, H, W, C) = ``image`` (default the 8x8 digits): ``patch`` x ``patch``
-    patches (by default 4 tokens of 4x4, as ``fastgp.train.recipes.VIT``) -> a linear embedding
-    to ``width`` plus a learned position embedding -> ``depth`` pre-LN blocks (LayerNorm,
+    patches (by default 4 tokens of 4x4, as ``fastgp.train.recipes.defaults.VIT``) -> a linear
+    embedding to ``width`` plus a learned position embedding -> ``depth`` pre-LN blocks (LayerNorm,
     ``heads``-head self-attention by ``attention`` (default ``fastgp.attention``, (B, T, H, D)
     arrays), residual; LayerNorm, a GELU MLP of ``mlp_ratio`` x ``width``, residual) -> a final
-    LayerNorm -> the mean over the tokens -> a linear head -> (B,). No dropout, no batch norm,
-    no class token."""
+    LayerNorm -> the mean over the tokens -> a linear head -> (B,). No dropout, no batch norm, no
+    class token."""
     height, side, channels = image
     if height % patch or side % patch or width % heads:
         raise ValueError(

@@ -1,15 +1,15 @@
 """``fastgp check``: the sharded trainer must equal the plain one-device trainer, step for step.
 
     fastgp check --devices 8 --steps 5 --batch-size 64      # one JSON line; exit 1 beyond tolerance
-    python -m fastgp.train.selfcheck ARGS                   # the same as: fastgp check ARGS
+    python -m fastgp.train.cli check ARGS                   # the same, without the script
 
-:func:`run_check` builds the same GAN (small GELU MLPs on 8 Gaussians, or the digits recipe's
-conv pair with GELU on 8x8 digits, with ``critic="vit"`` the ViT critic of ``--critic vit``
-against that generator) from the same seed as ``fastgp.train.trainer.Trainer`` on a
-``devices``-long mesh and as ``fastgp.train.naive_trainer.NaiveTrainer`` on one device. The naive
-trainer trains ``steps`` generator iterations; at every one of its steps both trainers start from
-its state, so rounding never compounds and every difference is one step's. Reported, each the
-largest over the steps:
+:func:`run_check` builds the same GAN (small GELU MLPs on 8 Gaussians, or the digits recipe's conv
+pair with GELU on 8x8 digits, with ``critic="vit"`` the ViT critic of ``--critic vit`` against that
+generator) from the same seed as ``fastgp.train.training.trainer.Trainer`` on a ``devices``-long
+mesh and as ``fastgp.train.training.naive_trainer.NaiveTrainer`` on one device. The naive trainer
+trains ``steps`` generator iterations; at every one of its steps both trainers start from its state,
+so rounding never compounds and every difference is one step's. Reported, each the largest over the
+steps:
 
 - every critic step's loss, penalty and score gap (as seen by every core), each core's
   input-gradient norm mean, min and max against the naive norms of that core's slice of the
@@ -31,23 +31,22 @@ updates are reported, not gated.
 """
 
 import dataclasses
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from fastgp._typing import Backend, SecondOrder
-from fastgp.train.data import CHECK_DATASETS, load_digits, sample_toy
-from fastgp.train.losses import Loss
-from fastgp.train.models import Model, conv_critic, conv_generator, mlp, vit_critic
-from fastgp.train.naive_trainer import NaiveTrainer
-from fastgp.train.penalties import Placement
-from fastgp.train.recipes import DIGITS, VIT, recipe
-from fastgp.train.state import CriticName, Precision, TrainConfig, TrainKind, index_sampler
-from fastgp.train.trainer import Trainer, make_mesh
+from fastgp.train.data.sets import CHECK_DATASETS, load_digits, sample_toy
+from fastgp.train.models.networks import Model, conv_critic, conv_generator, mlp, vit_critic
+from fastgp.train.objective.losses import Loss
+from fastgp.train.objective.penalties import Placement
+from fastgp.train.recipes.defaults import DIGITS, VIT, recipe
+from fastgp.train.training.naive_trainer import NaiveTrainer
+from fastgp.train.training.state import CriticName, Precision, TrainConfig, TrainKind, index_sampler
+from fastgp.train.training.trainer import Trainer, make_mesh
 
 # Per precision: the bound for each group of reported differences (None: reported, not gated).
 # float32: one step of either trainer from the same state differs by reduction order only, at
@@ -132,8 +131,8 @@ def toy_problem(config: TrainConfig) -> tuple[Model, Model, Callable[..., Any]]:
 
 def digits_problem(config: TrainConfig) -> tuple[Model, Model, Callable[..., Any]]:
     """(generator, critic, sample_real) of the conv check: the digits recipe's NHWC conv pair
-    (``fastgp.train.recipes``) with GELU, on sklearn's 8x8 digits (B, 8, 8, 1); with
-    ``config.critic == "vit"`` the critic is the recipe's ViT (``recipes.VIT``; GELU already)."""
+    (``fastgp.train.recipes.defaults``) with GELU, on sklearn's 8x8 digits (B, 8, 8, 1); with
+    ``config.critic == "vit"`` the critic is the recipe's ViT (``defaults.VIT``; GELU already)."""
     critic = (
         vit_critic(**VIT._asdict()) if config.critic == "vit" else conv_critic(DIGITS.width, "gelu")
     )
@@ -403,15 +402,3 @@ def _within(
         ]
     )
     return same_steps and all(bound is None or diffs[k] <= bound for k, bound in bounds.items())
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fastgp.train.selfcheck ARGS``: ``fastgp check ARGS``, the one parser and set of
-    defaults. Prints one JSON line; returns 0 within tolerance, 1 beyond it (a bad flag exits 2)."""
-    from fastgp.train import cli
-
-    return cli.main(["check", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

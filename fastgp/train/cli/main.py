@@ -2,13 +2,14 @@
 
     fastgp train [--dataset 8gaussians] [--devices N] [--processes P] [--out DIR] [--resume] ...
     fastgp check --devices N [--processes P] --steps K --batch-size B [--dataset digits]
-    fastgp tune MODULE:FUNCTION [--generation v5e]   (fastgp.train.tune_command)
+    fastgp tune MODULE:FUNCTION [--generation v5e]   (fastgp.train.cli.tune)
+    python -m fastgp.train.cli ARGS                  the same as: fastgp ARGS (``__main__.py``)
 
 ``--devices N`` gives each process N simulated CPU devices (``launcher.with_cpu_devices``: set
 before JAX starts, or the command runs again in a fresh interpreter). ``--processes P`` starts P
-local processes (``fastgp.train.launcher``) that form one JAX job over P*N devices; the command
+local processes (``fastgp.train.cli.launcher``) that form one JAX job over P*N devices; the command
 runs in each, process 0 prints and writes the outputs. The parser is
-``fastgp.train.cli_parser.build_parser``.
+``fastgp.train.cli.parser.build_parser``.
 
 Exit status of ``train``: 0 done; 2 a bad flag or --out (one line naming it); 1 the run failed
 (a checkpoint or output could not be written, or training diverged); 128 + N stopped by signal N
@@ -24,9 +25,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from fastgp.train import selfcheck, tune_command
-from fastgp.train.cli_parser import CHECK_OPTIONS, FUSED, build_parser
-from fastgp.train.launcher import (
+from fastgp.train.cli import tune
+from fastgp.train.cli.launcher import (
     check_port,
     free_port,
     set_cpu_devices,
@@ -34,7 +34,9 @@ from fastgp.train.launcher import (
     supervise,
     with_cpu_devices,
 )
-from fastgp.train.recipes import recipe, vit_shape
+from fastgp.train.cli.parser import CHECK_OPTIONS, FUSED, build_parser
+from fastgp.train.recipes.defaults import recipe, vit_shape
+from fastgp.train.run import check
 
 # --- dispatch ------------------------------------------------------------------------------------
 
@@ -94,7 +96,7 @@ def dataset_problem(dataset: str | None) -> str | None:
     """Why ``dataset`` cannot be read on this installation (MNIST without its package), or None."""
     if dataset != "mnist":
         return None
-    from fastgp.train.data import mnist_file
+    from fastgp.train.data.sets import mnist_file
 
     try:
         mnist_file()
@@ -135,7 +137,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     if problem:
         sub.error(f"argument --backend: {problem}")
     if args.command == "train":
-        from fastgp.train.outputs import out_problem
+        from fastgp.train.run.outputs import out_problem
 
         problem = out_problem(_out(args), args.resume)
         if problem:
@@ -178,8 +180,9 @@ def _out(args: argparse.Namespace) -> str:
 def _train(args: argparse.Namespace) -> int:
     import jax
 
-    from fastgp.train.run import RunError, RunFailure, train
-    from fastgp.train.signals import StopRequest
+    from fastgp.train.run.loop import train
+    from fastgp.train.run.options import RunError, RunFailure
+    from fastgp.train.run.signals import StopRequest
 
     out = _out(args)
     options = _run_options(args, out)
@@ -210,8 +213,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _run_options(args: argparse.Namespace, out: str) -> Any:
-    """train's per-invocation flags as a ``fastgp.train.run.RunOptions``."""
-    from fastgp.train.run import RunOptions
+    """train's per-invocation flags as a ``fastgp.train.run.options.RunOptions``."""
+    from fastgp.train.run.options import RunOptions
 
     return RunOptions(
         dataset=args.dataset,
@@ -270,7 +273,7 @@ def _check(args: argparse.Namespace) -> int:
             flush=True,
         )
         return 2
-    result = selfcheck.run_check(
+    result = check.run_check(
         args.devices if jax.process_count() == 1 else jax.device_count(),
         args.steps,
         args.batch_size,
@@ -291,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "tune":
-        return tune_command.run(args)
+        return tune.run(args)
     _validate(parser, args)
     if args.processes > 1 and args.process_id is None:
         return _supervise(args, argv)
@@ -310,15 +313,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return {"train": _train, "check": _check}[args.command](args)
 
 
-__all__ = [
-    "backend_problem",
-    "build_parser",
-    "critic_problem",
-    "dataset_problem",
-    "main",
-    "patch_problem",
-]
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["backend_problem", "critic_problem", "dataset_problem", "main", "patch_problem"]

@@ -3,10 +3,10 @@
     dataset, config, resumed = resolve(options, overrides, checkpoints, primary=True)
 
 ``overrides`` maps TrainConfig fields to values given on the command line; the rest come from
-``fastgp.train.recipes`` (fresh run, ``resumed`` None) or from the newest intact checkpoint in
---out (``options.resume``; a flag that contradicts it is a RunError naming the flag, but
-:data:`CHANGEABLE_ON_RESUME` fields may change). Damaged newer checkpoints are reported and
-(process 0) moved to ``out/DAMAGED``. Every error is a ``RunError`` naming the flags it comes from
+``fastgp.train.recipes.defaults`` (fresh run, ``resumed`` None) or from the newest intact checkpoint
+in --out (``options.resume``; a flag that contradicts it is a RunError naming the flag, but
+:data:`CHANGEABLE_ON_RESUME` fields may change). Damaged newer checkpoints are reported and (process
+0) moved to ``out/DAMAGED``. Every error is a ``RunError`` naming the flags it comes from
 (:data:`FLAGS`).
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 import jax
 
-from fastgp.train.checkpoints import CheckpointDamaged, Checkpoints, reason
-from fastgp.train.recipes import build_problem, default_config
-from fastgp.train.run_options import DEFAULT_DATASET, RunError, RunOptions, warn
-from fastgp.train.state import ConfigError, TrainConfig, init_state
+from fastgp.train.recipes.defaults import build_problem, default_config
+from fastgp.train.run.checkpoints import CheckpointDamaged, Checkpoints, reason
+from fastgp.train.run.options import DEFAULT_DATASET, RunError, RunOptions, warn
+from fastgp.train.training.state import ConfigError, TrainConfig, init_state
 
 DAMAGED = "checkpoints-damaged"  # where --resume moves damaged checkpoints, inside --out
 # TrainConfig field -> the command-line flag that sets it (for error messages).

@@ -1,9 +1,9 @@
 """The oracle: GAN training written plainly, on one device, with the whole global batch.
 
-No kernels, no ``shard_map``, no custom VJPs: ``jnp.mean`` losses, a hand-written interpolation
-and ``fastgp.naive_gradient_penalty`` (nested ``jax.grad``). Parameters, optimiser and
-random numbers come from ``fastgp.train.state`` exactly as in ``fastgp.train.trainer``, so the two
-must agree to float32 rounding.
+No kernels, no ``shard_map``, no custom VJPs: ``jnp.mean`` losses, a hand-written interpolation and
+``fastgp.naive_gradient_penalty`` (nested ``jax.grad``). Parameters, optimiser and random numbers
+come from ``fastgp.train.training.state`` exactly as in ``fastgp.train.training.trainer``, so the
+two must agree to float32 rounding.
 
     trainer = NaiveTrainer(config, generator, critic, sample_real)
     state = trainer.init()
@@ -30,13 +30,13 @@ import optax
 
 from fastgp import approximate_r1
 from fastgp._penalty.reference import naive_grad_norms, naive_gradient_penalty
-from fastgp.train import state as train_state
-from fastgp.train.models import Model
+from fastgp.train.models.networks import Model
+from fastgp.train.training import state as train_state
 
 
 class NaiveTrainer:
     """Single-device reference trainer with the same interface and random numbers as
-    ``fastgp.train.trainer.Trainer``."""
+    ``fastgp.train.training.trainer.Trainer``."""
 
     def __init__(
         self,

@@ -7,7 +7,7 @@
     warn(text)    one "fastgp train: text" line on stderr
 
 ``CADENCE`` holds the defaults of how often a run logs, checkpoints and evaluates (a resumed run
-keeps its checkpoint's values); ``fastgp.train.run`` uses all of these.
+keeps its checkpoint's values); ``fastgp.train.run.loop`` uses all of these.
 """
 
 import dataclasses
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fastgp.train.checkpoints import reason
+from fastgp.train.run.checkpoints import reason
 
 T = TypeVar("T")
 DEFAULT_DATASET = "8gaussians"
@@ -48,7 +48,7 @@ class RunOptions:
     progress: bool = True
     devices: int | None = None  # mesh size (default: every visible device)
     # Trainer.run as one fused scan (True) or an iteration per dispatch (False); None: the
-    # trainer's choice by platform and networks (``fastgp.train.trainer.default_fused``).
+    # trainer's choice by platform and networks (``fastgp.train.training.fusion.default_fused``).
     # The same steps and random numbers either way, equal up to float rounding: not checkpointed,
     # a resumed run may choose differently (bitwise equal to an uninterrupted run with the same).
     fused: bool | None = None

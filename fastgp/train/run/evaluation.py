@@ -1,17 +1,11 @@
-"""Evaluation of a generator: the toy sets' mode metric, and the run's evaluator that applies it
-or the image datasets' metric.
+"""The run's evaluator: what ``fastgp train`` evaluates, logs and plots.
 
-    mode_quality(samples, centers, sigma)   -> {"modes", "high_quality", "total_modes"} (2-D data)
-    Evaluator(dataset, config, problem, n)  what ``fastgp train`` evaluates, logs and plots
+    Evaluator(dataset, config, problem, n)
 
-**Gaussian mixtures** (the VEEGAN/PacGAN metric): a sample is high quality when it lies within
-3 sigma of its nearest mode; a mode is captured when it is the nearest of at least one such
-sample.
-
-**Digits and MNIST** (``fastgp.train.digit_quality``, whose names this module re-exports:
-``DigitQuality``, ``MnistQuality``, ``NOISE_CURVE``, ...): two-sample tests, a feature distance,
-classifier confidence and the classes covered, each figure with the pixel noise it is equivalent
-to.
+It applies the dataset's metric of ``fastgp.train.data.quality``: the mode metric of the 2-D
+Gaussian mixtures (``mode_quality``), or the image metric of digits and MNIST (``ImageQuality``:
+two-sample tests, a feature distance, classifier confidence and the classes covered, each figure
+with the pixel noise it is equivalent to).
 """
 
 from typing import Any
@@ -21,59 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp.penalty import grad_norms
-from fastgp.train.data import toy_modes
-from fastgp.train.digit_quality import (
-    FRECHET_SETS,
-    NOISE_CURVE,
-    NOISE_SIGMAS,
-    SPECS,
-    DigitQuality,
-    ImageQuality,
-    MnistQuality,
-    frechet,
-    noise_sigma,
-    quality_metric,
-)
-from fastgp.train.recipes import Problem
-from fastgp.train.state import TrainConfig
-
-# --- Gaussian mixtures --------------------------------------------------------------------------
-
-
-def mode_quality(samples: Any, centers: Any, sigma: float) -> dict[str, Any]:
-    """Modes captured and percentage of high-quality samples.
-
-    samples (N, 2), centers (M, 2), sigma the per-mode std (all in data coordinates). A sample is
-    high quality when it lies within 3 * sigma (Euclidean) of its nearest center; a mode is
-    captured when it is the nearest center of at least one high-quality sample.
-    Returns ``{"modes": int, "high_quality": float percent, "total_modes": int}``.
-    """
-    samples = np.asarray(samples, np.float64)
-    centers = np.asarray(centers, np.float64)
-    if samples.ndim != 2 or centers.ndim != 2 or samples.shape[1] != centers.shape[1]:
-        raise ValueError(
-            f"samples {samples.shape} and centers {centers.shape} must be (N, d) "
-            f"and (M, d) with the same d"
-        )
-    if samples.shape[0] == 0 or centers.shape[0] == 0:
-        raise ValueError(
-            f"need at least one sample and one center, got samples {samples.shape} "
-            f"and centers {centers.shape}"
-        )
-    if not sigma > 0:
-        raise ValueError(f"sigma must be positive, got {sigma}")
-    dist = np.linalg.norm(samples[:, None, :] - centers[None, :, :], axis=-1)  # (N, M)
-    nearest = dist.argmin(axis=1)
-    # A non-finite sample (diverged generator) has a NaN distance and is never high quality.
-    good = dist[np.arange(len(samples)), nearest] <= 3.0 * sigma
-    return {
-        "modes": int(np.unique(nearest[good]).size),
-        "high_quality": float(100.0 * good.mean()),
-        "total_modes": int(centers.shape[0]),
-    }
-
-
-# --- the run's evaluator -----------------------------------------------------------------------
+from fastgp.train.data.quality import SPECS, ImageQuality, mode_quality, quality_metric
+from fastgp.train.data.sets import toy_modes
+from fastgp.train.recipes.defaults import Problem
+from fastgp.train.training.state import TrainConfig
 
 # Image-metric keys logged in metrics.jsonl (the summary holds the whole metric).
 DIGITS_RECORD = (
@@ -191,22 +136,9 @@ class Evaluator:
             xs, ys = np.linspace(lo[0], hi[0], 120), np.linspace(lo[1], hi[1], 120)
             mesh = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2).astype(np.float32)
             grid = (xs, ys, np.asarray(self._critic(d_params, mesh)).reshape(len(ys), len(xs)))
-        from fastgp.train.figures import plot_run  # matplotlib, only where a figure is drawn
+        from fastgp.train.run.figures import plot_run  # matplotlib, only where a figure is drawn
 
         plot_run(path, real, fake, norms, records, critic_grid=grid, title=title)
 
 
-__all__ = [
-    "DIGITS_RECORD",
-    "DigitQuality",
-    "Evaluator",
-    "FRECHET_SETS",
-    "ImageQuality",
-    "MnistQuality",
-    "NOISE_CURVE",
-    "NOISE_SIGMAS",
-    "frechet",
-    "mode_quality",
-    "noise_sigma",
-    "quality_metric",
-]
+__all__ = ["DIGITS_RECORD", "Evaluator"]

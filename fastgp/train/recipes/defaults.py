@@ -8,11 +8,11 @@
 
 The recipes are the values of ``TOY`` (8 Gaussians and the Swiss roll: ``TOY_DEPTH`` x
 ``width`` ReLU MLPs), ``GRID`` (25 Gaussians: the toy recipe with narrower MLPs, fewer critic
-steps and the lazy penalty), ``DIGITS`` (the 8x8 conv pair of ``fastgp.train.models`` with
+steps and the lazy penalty), ``DIGITS`` (the 8x8 conv pair of ``fastgp.train.models.networks`` with
 ``width`` channels, trained on ``load_digits(split="train")`` and scored by
-``fastgp.train.digit_quality`` against the other half) and ``MNIST`` (the same for the 28x28
+``fastgp.train.data.quality`` against the other half) and ``MNIST`` (the same for the 28x28
 MNIST digits of ``load_mnist``). ``critic="vit"`` (``--critic vit``) trains an image dataset's
-conv generator against the ViT critic of ``fastgp.train.models`` shaped by
+conv generator against the ViT critic of ``fastgp.train.models.networks`` shaped by
 ``VIT_SHAPES[dataset]``, with the recipe ``DIGITS_VIT`` or ``MNIST_VIT``. How the digits and toy
 recipes were chosen and what they score: docs/trainer.md. The MNIST ones are first choices, not
 yet swept: the digits recipe's batch, critic steps, betas (0.5, 0.9) and penalty weight 10 (the
@@ -23,9 +23,9 @@ latent of 64 for 12 times the pixels, and 32 channels (a generator step's cost o
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from fastgp.train.data import MNIST_SHAPE, TOY_DATASETS, load_digits, load_mnist, sample_toy
-from fastgp.train.models import Image, Model, conv_critic, conv_generator, mlp, vit_critic
-from fastgp.train.state import CRITICS, TrainConfig, index_sampler
+from fastgp.train.data.sets import MNIST_SHAPE, TOY_DATASETS, load_digits, load_mnist, sample_toy
+from fastgp.train.models.networks import Image, Model, conv_critic, conv_generator, mlp, vit_critic
+from fastgp.train.training.state import CRITICS, TrainConfig, index_sampler
 
 TOY_DEPTH = 3
 
@@ -75,7 +75,7 @@ IMAGES = {
 
 
 class VitShape(NamedTuple):
-    """The ViT critic's shape: ``fastgp.train.models.vit_critic``'s arguments."""
+    """The ViT critic's shape: ``fastgp.train.models.networks.vit_critic``'s arguments."""
 
     width: int
     depth: int
@@ -99,8 +99,8 @@ CRITIC_RECIPES = {("digits", "vit"): DIGITS_VIT, ("mnist", "vit"): MNIST_VIT}
 
 
 class Problem(NamedTuple):
-    """What a run trains: a ``fastgp.train.models.Model`` pair, ``sample_real(key, n)``, and the
-    shape of one image (H, W, C), or () for the 2-D points of the toy sets (falsy)."""
+    """What a run trains: a ``fastgp.train.models.networks.Model`` pair, ``sample_real(key, n)``,
+    and the shape of one image (H, W, C), or () for the 2-D points of the toy sets (falsy)."""
 
     generator: Model
     critic: Model

@@ -3,24 +3,24 @@
     summary = train(RunOptions(dataset=None, out=Path("runs/8gaussians")), overrides={})
 
 ``overrides`` maps TrainConfig fields to values given on the command line; the rest come from
-``fastgp.train.recipes`` (fresh run) or from the checkpoint (``resume``; a flag that contradicts the
-checkpoint is an error naming it). Training runs in chunks of ``Trainer.run`` that end on
-multiples of ``log_every``, ``eval_every`` and ``checkpoint_every``; each chunk end is one line of
-metrics.jsonl. Random numbers depend only on (seed, iteration), so a run continued from a
+``fastgp.train.recipes.defaults`` (fresh run) or from the checkpoint (``resume``; a flag that
+contradicts the checkpoint is an error naming it). Training runs in chunks of ``Trainer.run`` that
+end on multiples of ``log_every``, ``eval_every`` and ``checkpoint_every``; each chunk end is one
+line of metrics.jsonl. Random numbers depend only on (seed, iteration), so a run continued from a
 checkpoint reaches the same parameters as one that never stopped. Every process runs this loop;
 process 0 alone logs, evaluates and writes outputs (checkpoints are written collectively).
 
-Faults end a run with one message: flags and the output directory raise :class:`RunError`
-(checked before training starts); a checkpoint or output that cannot be written and non-finite
-losses or parameters raise :class:`RunFailure` (the newest checkpoint on disk stays the last
-finite one). Process 0 holds ``fastgp.train.runlock`` on --out for the whole run. ``--resume``
-continues from the newest intact checkpoint: damaged newer ones are reported and moved to
-``checkpoints-damaged/``. With a ``fastgp.train.signals.StopRequest`` a signal ends the run at the
-next chunk end, after a checkpoint and the outputs (the summary then says ``stopped_by``).
+Faults end a run with one message: flags and the output directory raise :class:`RunError` (checked
+before training starts); a checkpoint or output that cannot be written and non-finite losses or
+parameters raise :class:`RunFailure` (the newest checkpoint on disk stays the last finite one).
+Process 0 holds ``fastgp.train.run.lock`` on --out for the whole run. ``--resume`` continues from
+the newest intact checkpoint: damaged newer ones are reported and moved to ``checkpoints-damaged/``.
+With a ``fastgp.train.run.signals.StopRequest`` a signal ends the run at the next chunk end, after a
+checkpoint and the outputs (the summary then says ``stopped_by``).
 
-Here: the loop and the outputs at its end. ``fastgp.train.run_options`` holds RunOptions and the
-errors, ``fastgp.train.run_config`` which run this is (recipe or checkpoint), and
-``fastgp.train.run_setup`` everything before the first step.
+Here: the loop and the outputs at its end. ``fastgp.train.run.options`` holds RunOptions and the
+errors, ``fastgp.train.run.config`` which run this is (recipe or checkpoint), and
+``fastgp.train.run.session`` everything before the first step.
 """
 
 import signal
@@ -30,13 +30,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from fastgp.train import outputs
-from fastgp.train.checkpoints import host_copy
-from fastgp.train.nonfinite import first_nonfinite_loss, nonfinite_state
-from fastgp.train.progress import RunProgress
-from fastgp.train.run_options import RunError, RunFailure, RunOptions, write_output
-from fastgp.train.run_setup import Session, prepare_out, setup
-from fastgp.train.signals import StopRequest
+from fastgp.train.run import outputs
+from fastgp.train.run.checkpoints import host_copy
+from fastgp.train.run.options import RunError, RunFailure, RunOptions, write_output
+from fastgp.train.run.progress import RunProgress
+from fastgp.train.run.session import Session, prepare_out, setup
+from fastgp.train.run.signals import StopRequest
+from fastgp.train.training.nonfinite import first_nonfinite_loss, nonfinite_state
 
 
 def train(
@@ -44,7 +44,7 @@ def train(
 ) -> dict[str, Any]:
     """Run (or continue) training; returns the summary (process 0 also writes it to --out).
 
-    ``stop``: a ``fastgp.train.signals.StopRequest`` whose signal ends the run at the next chunk
+    ``stop``: a ``fastgp.train.run.signals.StopRequest`` whose signal ends the run at the next chunk
     end (every process stops at the same step). Raises RunError or RunFailure."""
     out = Path(options.out)
     lock = prepare_out(out, options.resume) if jax.process_index() == 0 else None
@@ -183,4 +183,4 @@ def _finish(session: Session, it: int, signum: int) -> dict[str, Any]:
     return summary
 
 
-__all__ = ["RunError", "RunFailure", "RunOptions", "train"]
+__all__ = ["train"]

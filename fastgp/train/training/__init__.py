@@ -1,0 +1,11 @@
+"""The trainers: the sharded GAN trainer and the one-device oracle it must equal.
+
+    state.py          TrainConfig, TrainState, initialisation, optimisers and the RNG derivation
+    trainer.py        the shard_map GAN trainer
+    naive_trainer.py  the oracle: GAN training written plainly, on one device
+    fusion.py         whether Trainer.run fuses its iterations into one lax.scan by default
+    diagnostics.py    per-core input-gradient norm statistics
+    nonfinite.py      the first non-finite loss of a chunk, or a non-finite state
+
+Imports ``objective``, ``models`` and ``data`` at most.
+"""
