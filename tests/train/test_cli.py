@@ -529,6 +529,8 @@ def test_check_calls_run_check_with_its_flags(monkeypatch):
         "second_order": "reverse",
         "dataset": "digits",
         "critic": "vit",
+        "loss": "wasserstein",
+        "gp_at": None,
     }
 
 
