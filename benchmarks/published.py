@@ -26,6 +26,8 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     tpu/tpu_compile.json               the toy critics compiled for v5e, v6e and TPU7x
     tpu/tpu_sharded_compile.json       the conv critic's step sharded over TPU meshes
     tpu/vmem_request_three_quarters.json  the penalty kernels' steps asking for 3/4 of VMEM
+    exactness/study_*.json, sigma.json  exact against approximate R1 trained on MNIST
+    training/check_isa.json            fastgp check under every CPU vector width
 """
 
 import argparse
@@ -36,6 +38,7 @@ import sys
 
 import benchmarks
 from benchmarks.approximate_r1 import tables as approximate_r1_tables
+from benchmarks.exactness import tables as exactness_tables
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import report as zoo_report
 
@@ -624,6 +627,10 @@ def attention_gpu(results):
 
 
 BLOCKS = {
+    "exactness-study-vit": exactness_tables.study("vit"),
+    "exactness-steptime-vit": exactness_tables.steptime("vit"),
+    "exactness-sigma": exactness_tables.sigma,
+    "check-isa": exactness_tables.check_isa,
     "approximate-r1-ratios": approximate_r1_tables.ratios,
     "approximate-r1-gradients": approximate_r1_tables.gradients,
     "approximate-r1-cost": approximate_r1_tables.cost,
@@ -656,6 +663,10 @@ BLOCKS = {
 }
 # The results files each block is rendered from, as paths under RESULTS.
 SOURCES = {
+    "exactness-study-vit": ("exactness/study_vit.json",),
+    "exactness-steptime-vit": ("exactness/steptime_vit.json",),
+    "exactness-sigma": ("exactness/sigma.json",),
+    "check-isa": ("training/check_isa.json",),
     "approximate-r1-ratios": ("approximate_r1/approximate_r1.json",),
     "approximate-r1-gradients": ("approximate_r1/approximate_r1_gradients.json",),
     "approximate-r1-cost": (

@@ -248,4 +248,5 @@ def test_train_help_lists_the_critic_flag(capsys, monkeypatch):
         main(["train", "--help"])
     text = capsys.readouterr().out
     assert "--critic {conv,vit}" in text and "(default: conv)" in text
-    assert text.count("--critic") == 2  # the usage line and the option
+    # the usage line, the option, and --vit-patch's help naming the critic it shapes
+    assert text.count("--critic") == 3
