@@ -19,10 +19,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from fastgp.train.checkpoints import Checkpoints
-from fastgp.train.digit_quality import quality_metric
-from fastgp.train.recipes import build_problem
-from fastgp.train.state import TrainConfig, init_state
+from fastgp.train.data.quality import quality_metric
+from fastgp.train.recipes.defaults import build_problem
+from fastgp.train.run.checkpoints import Checkpoints
+from fastgp.train.training.state import TrainConfig, init_state
 
 CURVE_SETS = 2
 

@@ -28,10 +28,10 @@ import benchmarks
 from benchmarks import records
 from benchmarks.tables import markdown_table
 from fastgp import approximate_r1, gradient_penalty
-from fastgp.train.checkpoints import Checkpoints
-from fastgp.train.data import load_mnist
-from fastgp.train.recipes import build_problem
-from fastgp.train.state import TrainConfig, init_state
+from fastgp.train.data.sets import load_mnist
+from fastgp.train.recipes.defaults import build_problem
+from fastgp.train.run.checkpoints import Checkpoints
+from fastgp.train.training.state import TrainConfig, init_state
 
 RESULTS = benchmarks.RESULTS / "exactness"
 

@@ -24,10 +24,10 @@ import benchmarks
 from benchmarks import records
 from benchmarks.exactness.study import ROWS, rows
 from benchmarks.tables import markdown_table
-from fastgp.train import cli
-from fastgp.train.cli_parser import build_parser
-from fastgp.train.recipes import build_problem, default_config
-from fastgp.train.trainer import Trainer, make_mesh
+from fastgp.train.cli import main as cli
+from fastgp.train.cli.parser import build_parser
+from fastgp.train.recipes.defaults import build_problem, default_config
+from fastgp.train.training.trainer import Trainer, make_mesh
 
 RESULTS = benchmarks.RESULTS / "exactness"
 
