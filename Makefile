@@ -7,7 +7,7 @@ LINT_PATHS := fastgp kernels benchmarks tests
 # here, with the benchmarks/ package that tests import (benchmarks.zoo.critics, ...) beside them.
 TYPECHECK := build/typecheck
 
-.PHONY: test check lint train bench tpu-compile tpu-capacity clean
+.PHONY: test check lint mutants train bench tpu-compile tpu-capacity clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: lint
 # The fast subset: everything but the end-to-end runs and the TPU compilations (`-m slow`, `-m aot`).
 check: lint
 	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --dist worksteal --benchmark-disable -q -m "not slow and not aot"
+
+# Mutation testing, apart from test and check: each mutant of tests/mutants/mutants.py planted in a
+# scratch copy of the tracked files, its tests run there -> tests/mutants/report.md (all of them;
+# ONLY="name ..." runs some and writes no report).
+mutants: $(STAMP)
+	JAX_PLATFORMS=cpu $(PY) tests/mutants/run.py $(if $(ONLY),--only $(ONLY))
 
 train: $(STAMP)
 	JAX_PLATFORMS=cpu $(VENV)/bin/fastgp train --out runs/$$(date +%Y%m%d-%H%M%S)
