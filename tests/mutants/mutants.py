@@ -151,7 +151,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="trainer-grads-scaled",
-        file="fastgp/train/trainer.py",
+        file="fastgp/train/training/trainer.py",
         old="    return value, unravel(grads)\n",
         new="    return value, unravel(1.0001 * grads)\n",
         targets=("tests/train/test_trainer.py::test_sharded_equals_naive[2-xla-wgan-lp-reexec]",),
@@ -159,7 +159,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="wrong-placement",
-        file="fastgp/train/penalties.py",
+        file="fastgp/train/objective/penalties.py",
         old='    return ("real", "fake") if placement == "real+fake" else (placement,)\n',
         new='    return ("real",) if placement == "real+fake" else (placement,)\n',
         targets=("tests/train/test_losses.py::test_r3gan_relativistic_loss_with_r1_plus_r2",),
