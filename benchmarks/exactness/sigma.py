@@ -4,15 +4,14 @@
         [--sigmas 1e-4 1e-3 1e-2 3e-2 0.1 0.3 1] [--draws 8] [--batch 64]
     -> benchmarks/results/exactness/sigma.{json,md}
 
-RUN_DIR is a ``fastgp train --dataset mnist`` output (``benchmarks.exactness.study --keep``): its
-newest checkpoint's critic, on ``--batch`` held-out real digits. Exact R1 is
-``gradient_penalty(kind="r1", weight=1)``; approximate R1 is ``approximate_r1`` with weight
-``1 / sigma^2`` (the scaling under which both read as the same R1 weight), in float32 as the
-trainer runs it. For each sigma: the value ratio approximate / exact for one noise draw per sample
-(what a training step sees) and the mean over ``--draws`` draws, and the cosine between the
-critic-parameter gradients (one draw; the mean of the draws). Large sigma leaves the linear
-regime of the critic (bias); small sigma cancels float32's digits in D(x + sigma eps) - D(x).
-"""
+RUN_DIR is a ``fastgp train --dataset mnist`` output (``benchmarks.exactness.study --keep``), named
+in the table by its loss and penalty: its newest checkpoint's critic, on ``--batch`` held-out real
+digits. Exact R1 is ``gradient_penalty(kind="r1", weight=1)``; approximate R1 is ``approximate_r1``
+with weight ``1 / sigma^2`` (the scaling under which both read as the same R1 weight), in float32 as
+the trainer runs it. For each sigma: the value ratio approximate / exact for one noise draw per
+sample (what a training step sees) and the mean over ``--draws`` draws, and the cosine between the
+critic-parameter gradients (one draw; the mean of the draws). Large sigma leaves the linear regime
+of the critic (bias); small sigma cancels float32's digits in D(x + sigma eps) - D(x)."""
 
 import argparse
 import json
@@ -54,7 +53,8 @@ def _cosine(a: Any, b: Any) -> float:
 
 def sweep(run_dir: pathlib.Path, sigmas: list[float], draws: int, batch: int) -> list[dict]:
     """The sweep's rows for one trained critic."""
-    _, critic, params = trained_critic(run_dir)
+    config, critic, params = trained_critic(run_dir)
+    trained_with = f"{config.loss} loss, {config.gp_kind} at {config.placement}"
     x = jnp.asarray(load_mnist("held_out")[:batch])
     apply = lambda p, y: critic.apply(p, y)
     exact = jax.jit(
@@ -78,7 +78,7 @@ def sweep(run_dir: pathlib.Path, sigmas: list[float], draws: int, batch: int) ->
         mean_grads = jax.tree.map(lambda *g: np.mean(np.stack(g), 0), *[g for _, g in outs])
         rows.append(
             {
-                "run": run_dir.name,
+                "run": trained_with,
                 "sigma": sigma,
                 "exact": float(value),
                 "ratio_one_draw": float(values[0] / value),
