@@ -11,7 +11,7 @@ with weight ``1 / sigma^2`` (the scaling under which both read as the same R1 we
 the trainer runs it. For each sigma: the value ratio approximate / exact for one noise draw per
 sample (what a training step sees) and the mean over ``--draws`` draws, and the cosine between the
 critic-parameter gradients (one draw; the mean of the draws). Large sigma leaves the linear regime
-of the critic (bias); small sigma cancels float32's digits in D(x + sigma eps) - D(x). """
+of the critic (bias); small sigma cancels float32's digits in D(x + sigma eps) - D(x)."""
 
 import argparse
 import json

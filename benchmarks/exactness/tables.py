@@ -3,6 +3,7 @@ figures from benchmarks/results/exactness/ (and the check's from training/check_
 
     study(critic)(results)   the rows over their seeds: collapses, final quality, steps, time
     steptime(critic)(results)  each row's CPU seconds per step, measured alone
+    compiled(results)        each row's step compiled for one v5e chip: flops and bytes
     sigma(results)           approximate against exact R1 on trained critics, by sigma
     check_isa(results)       the sentence of docs/trainer.md on the check's measured differences
 """
@@ -16,11 +17,18 @@ from benchmarks.exactness.report import summarize
 from benchmarks.tables import markdown_table
 
 PM = "\N{PLUS-MINUS SIGN}"
+DASH = "\N{EN DASH}"
 UNIT_ROUNDOFF = 2.0**-24  # float32's
 
 
 def _load(results, name):
     return json.loads((pathlib.Path(results.dir) / name).read_text())
+
+
+def _span(values, fmt):
+    """The values' one figure if they all round alike, else the lowest and highest with a dash."""
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return low if low == high else f"{low}{DASH}{high}"
 
 
 def _mean_sd(values, fmt="{:.3f}"):
@@ -69,6 +77,26 @@ def steptime(critic):
     return render
 
 
+def compiled(results):
+    """Each row's step compiled for one v5e chip: flops and bytes, and over r3gan's, per tokens."""
+    rows = _load(results, "exactness/compiled.json")["rows"]
+    base = {r["tokens"]: r["step"] for r in rows if r["row"] == "r3gan"}
+    cells = (
+        [
+            r["row"],
+            r["tokens"],
+            f"{r['step']['flops'] / 1e9:.1f}",
+            f"{r['step']['flops'] / base[r['tokens']]['flops']:.3f}x",
+            f"{r['step']['bytes'] / 1e9:.2f}",
+            f"{r['step']['bytes'] / base[r['tokens']]['bytes']:.3f}x",
+        ]
+        for r in sorted(rows, key=lambda r: r["tokens"])
+        if "step" in r
+    )
+    head = ["row", "tokens", "GFLOP / step", "/ r3gan", "GB / step", "/ r3gan"]
+    return markdown_table(head, cells)
+
+
 def sigma(results):
     result = _load(results, "exactness/sigma.json")
     rows = (
@@ -85,6 +113,26 @@ def sigma(results):
     mean = f"mean of {result['draws']} draws"
     head = ["trained critic", "sigma", "value ratio, 1 draw", mean, "gradient cosine, 1 draw", mean]
     return markdown_table(head, rows)
+
+
+def headline(results):
+    """README's sentence: the exact and approximate rows' final Fréchet distances and the
+    exact step's flops over the approximate one's on v5e."""
+    by_row = {s["row"]: s for s in summarize(_load(results, "exactness/study_vit.json"))}
+    frechet = lambda rows: [f for r in rows for f in by_row[r]["frechet"]]
+    exact, approximate = frechet(("r3gan", "stylegan2-lazy")), frechet(("apt", "apt-r1r2"))
+    seeds = {len(s["frechet"]) for s in by_row.values()}
+    steps = _load(results, "exactness/compiled.json")["rows"]
+    flops = {(r["row"], r["tokens"]): r["step"]["flops"] for r in steps if "step" in r}
+    ratios = [flops[("r3gan", t)] / flops[("apt-r1r2", t)] for t in (49, 196)]
+    return (
+        f"exact R1 (R3GAN's R1 + R2, StyleGAN2-ADA's lazy R1) reached a Fréchet distance of "
+        f"{_span(exact, '{:.0f}')} where APT's approximate R1 reached "
+        f"{_span(approximate, '{:.0f}')}, and the approximation taken at the exact weight "
+        f"collapsed ({by_row['eps2-r1r2']['collapsed']} of {by_row['eps2-r1r2']['runs']}), for "
+        f"{_span(ratios, '{:.2f}')}x the approximate step's flops on a v5e ({max(seeds)} "
+        f"seed{'s' if max(seeds) > 1 else ''} a row so far)"
+    )
 
 
 def check_isa(results):
