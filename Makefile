@@ -7,7 +7,7 @@ LINT_PATHS := fastgp kernels benchmarks tests
 # here, with the benchmarks/ package that tests import (benchmarks.zoo.critics, ...) beside them.
 TYPECHECK := build/typecheck
 
-.PHONY: test check lint mutants train bench tpu-compile tpu-capacity clean
+.PHONY: test check test-isa lint mutants train bench tpu-compile tpu-capacity clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,16 @@ test: lint
 # The fast subset: everything but the end-to-end runs and the TPU compilations (`-m slow`, `-m aot`).
 check: lint
 	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --dist worksteal --benchmark-disable -q -m "not slow and not aot"
+
+# The numerically deep files again with another float32 rounding: XLA:CPU's code capped at SSE4.2
+# and Eigen's matmuls one-threaded (other reduction orders, as on an AVX2-only CPU), so that a
+# float32 bound which holds on this machine alone fails here; see docs/development.md.
+ISA_TESTS := tests/attention/test_attention_penalty.py tests/attention/test_attention.py \
+	tests/attention/test_attention_backends.py tests/penalty/test_second_order.py \
+	tests/penalty/test_penalty.py tests/approximate/test_approximate.py
+test-isa: $(STAMP)
+	XLA_FLAGS="--xla_cpu_max_isa=SSE4_2 --xla_cpu_multi_thread_eigen=false" JAX_PLATFORMS=cpu \
+		$(PY) -m pytest -n 2 --dist worksteal --benchmark-disable -q $(ISA_TESTS)
 
 # Mutation testing, apart from test and check: each mutant of tests/mutants/mutants.py planted in a
 # scratch copy of the tracked files, its tests run there -> tests/mutants/report.md (all of them;

@@ -7,6 +7,7 @@
     zoo/              the critic zoo: its critics, their CPU programs, TPU compiles and capacity
     attention/        long-sequence ViT critic steps with flash attention, compiled for TPU
     approximate_r1/   approximate_r1 against exact R1: bias, gradients, TPU cost, training
+    exactness/        what exactness buys: exact against approximate R1 trained on MNIST
     tpu/              critic steps compiled for TPU chips and meshes, and the trainer's collectives
     training/         the trainer: run times, the weight against the batch, toy tuning, multihost
     gpu/              the GPU kernels' check and bandwidth on a CUDA device

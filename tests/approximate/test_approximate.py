@@ -4,6 +4,9 @@ The oracles are independent of the implementation: the perturbed points are read
 critic's own inputs, so the formula ``weight * mean_b (D(x_b + sigma eps_b) - D(x_b))**2`` is
 recomputed from them in plain jnp; the estimate is compared with the exact R1 of
 ``fastgp.gradient_penalty(kind="r1")``; the sharded value with the single-device one.
+Identities are asserted in float64 (``F64_RTOL``): ``D(x + sigma eps) - D(x)`` cancels all but
+~sigma of each score, so one float32 rounding step of a score is ~1e-5 of the result; bf16 critics
+are compared with the same bf16 operations.
 """
 
 from typing import Any, cast
@@ -19,6 +22,8 @@ import fastgp
 from fastgp import approximate_r1
 
 FEATURES, HIDDEN, BATCH = 6, 16, 16
+# float64 rounding, amplified ~100x by the cancellation above: ~1e-14 of the largest entry.
+F64_RTOL = 1e-12
 
 
 def params_of(seed=0, scale=1.0):
@@ -30,8 +35,9 @@ def params_of(seed=0, scale=1.0):
     }
 
 
-def apply_critic(p, x, dtype=jnp.float32, act=jnp.tanh):
-    """Smooth MLP critic (B, FEATURES) -> (B,) computed in ``dtype``."""
+def apply_critic(p, x, dtype=None, act=jnp.tanh):
+    """Smooth MLP critic (B, FEATURES) -> (B,) computed in ``dtype`` (x's by default)."""
+    dtype = x.dtype if dtype is None else dtype
     p = jax.tree.map(lambda a: a.astype(dtype), p)
     return act(x.astype(dtype) @ p["w"] + p["b"]) @ p["v"]
 
@@ -59,8 +65,10 @@ def recorded_points(critic, x, key, sigma):
 
 
 def formula(critic, x, noisy, weight):
-    """weight * mean_b (D(noisy_b) - D(x_b))**2, differences and squares in float32."""
-    d = critic(noisy).reshape(-1).astype(jnp.float32) - critic(x).reshape(-1).astype(jnp.float32)
+    """weight * mean_b (D(noisy_b) - D(x_b))**2, differences and squares in float32 (or wider)."""
+    clean, perturbed = critic(x).reshape(-1), critic(noisy).reshape(-1)
+    dtype = jnp.promote_types(clean.dtype, jnp.float32)
+    d = perturbed.astype(dtype) - clean.astype(dtype)
     return weight * jnp.mean(d**2)
 
 
@@ -84,28 +92,38 @@ def test_noise_is_standard_normal_per_sample_and_deterministic():
     assert not np.allclose(other, again)
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.bfloat16])
 def test_value_and_parameter_gradients_equal_the_formula(dtype):
-    params, x, key, sigma, weight = params_of(), data(dtype=dtype), jax.random.key(3), 0.05, 100.0
-    noisy = recorded_points(lambda y: apply_critic(params, y, dtype), x, key, sigma)
-    assert noisy.dtype == x.dtype
-
-    def ours(p):
-        return approximate_r1(
-            lambda y: apply_critic(p, y, dtype), x, key, sigma=sigma, weight=weight
+    """float64 to float64's rounding; a bf16 critic to 1e-6, the same bf16 scores on both sides
+    squared in float32 (a float32 step is 6e-8)."""
+    with jax.enable_x64(dtype == jnp.float64):
+        params, x, key, sigma, weight = (
+            params_of(),
+            data(dtype=dtype),
+            jax.random.key(3),
+            0.05,
+            100.0,
         )
+        noisy = recorded_points(lambda y: apply_critic(params, y, dtype), x, key, sigma)
+        assert noisy.dtype == x.dtype
 
-    def reference(p):
-        return formula(lambda y: apply_critic(p, y, dtype), x, noisy, weight)
+        def ours(p):
+            return approximate_r1(
+                lambda y: apply_critic(p, y, dtype), x, key, sigma=sigma, weight=weight
+            )
 
-    value, grads = jax.value_and_grad(ours)(params)
-    ref_value, ref_grads = jax.value_and_grad(reference)(params)
-    assert value.dtype == jnp.float32
-    np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+        def reference(p):
+            return formula(lambda y: apply_critic(p, y, dtype), x, noisy, weight)
+
+        value, grads = jax.value_and_grad(ours)(params)
+        ref_value, ref_grads = jax.value_and_grad(reference)(params)
+    assert value.dtype == jnp.promote_types(dtype, jnp.float32)
+    rtol = F64_RTOL if dtype == jnp.float64 else 1e-6
+    np.testing.assert_allclose(value, ref_value, rtol=rtol)
     for name in params:
-        scale = float(jnp.max(jnp.abs(ref_grads[name])))
+        scale = float(np.max(np.abs(ref_grads[name])))
         assert scale > 0
-        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=0, atol=1e-6 * scale)
+        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=0, atol=rtol * scale)
 
 
 def test_bf16_scores_are_squared_and_averaged_in_float32():
@@ -123,17 +141,19 @@ def test_bf16_scores_are_squared_and_averaged_in_float32():
     assert abs(float(in_bf16) - exact) > 1e-6 * exact
 
 
+@jax.enable_x64(True)
 def test_pytree_input_perturbs_every_leaf_independently():
     k1, k2 = jax.random.split(jax.random.key(4))
     x = {"a": jax.random.normal(k1, (BATCH, 3)), "b": jax.random.normal(k2, (BATCH, 2, 2))}
     w = {"a": jnp.arange(1.0, 4.0), "b": jnp.ones((2, 2))}
+    assert x["a"].dtype == jnp.float64
 
     def critic(y):
         return jnp.tanh(y["a"] @ w["a"]) + jnp.sum(jnp.sin(y["b"]) * w["b"], axis=(1, 2))
 
     noisy = recorded_points(critic, x, jax.random.key(5), 0.1)
     value = approximate_r1(critic, x, jax.random.key(5), sigma=0.1, weight=2.0)
-    np.testing.assert_allclose(value, formula(critic, x, noisy, 2.0), rtol=1e-6)
+    np.testing.assert_allclose(value, formula(critic, x, noisy, 2.0), rtol=F64_RTOL)
     ea, eb = noisy["a"] - x["a"], noisy["b"] - x["b"]
     assert not np.allclose(ea[:, :2], eb[:, 0, :]), "leaves share one noise stream"
 
@@ -220,8 +240,9 @@ def _custom_tanh_bwd(t, ct):
 custom_tanh.defvjp(_custom_tanh_fwd, _custom_tanh_bwd)
 
 
+@jax.enable_x64(True)
 def test_runs_on_a_critic_whose_ops_have_only_a_first_order_vjp():
-    params, x, key = params_of(), data(), jax.random.key(6)
+    params, x, key = params_of(), data(dtype=jnp.float64), jax.random.key(6)
     critic_of = lambda p: lambda y: apply_critic(p, y, act=custom_tanh)
     plain_of = lambda p: lambda y: apply_critic(p, y)
     noisy = recorded_points(critic_of(params), x, key, 0.05)
@@ -232,10 +253,11 @@ def test_runs_on_a_critic_whose_ops_have_only_a_first_order_vjp():
         params
     )
     assert np.isfinite(value) and all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
-    np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+    assert value.dtype == jnp.float64
+    np.testing.assert_allclose(value, ref_value, rtol=F64_RTOL)
     for name in params:
-        scale = float(jnp.max(jnp.abs(ref_grads[name])))  # 1 - tanh² vs jnp's tanh rule
-        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=0, atol=1e-5 * scale)
+        scale = float(np.max(np.abs(ref_grads[name])))  # 1 - tanh² vs jnp's tanh rule
+        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=0, atol=F64_RTOL * scale)
     # the exact penalty's nested reverse mode does differentiate the backward
     with pytest.raises(RuntimeError, match="second derivative"):
         jax.grad(
@@ -262,15 +284,18 @@ def single_device(params, x, key):
 
 
 def assert_matches(value, grads, ref_value, ref_grads):
-    np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+    """In float64 (the sharded sums' order differs from one device's)."""
+    assert value.dtype == jnp.float64
+    np.testing.assert_allclose(value, ref_value, rtol=F64_RTOL)
     for name in ref_grads:
-        scale = float(jnp.max(jnp.abs(ref_grads[name])))
-        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=0, atol=1e-5 * scale)
+        scale = float(np.max(np.abs(ref_grads[name])))
+        np.testing.assert_allclose(grads[name], ref_grads[name], rtol=0, atol=F64_RTOL * scale)
 
 
 @pytest.mark.parametrize("devices", [2, 4])
+@jax.enable_x64(True)
 def test_shard_map_equals_single_device_for_the_same_key(devices):
-    params, x, key = params_of(), data(batch=4 * devices), jax.random.key(9)
+    params, x, key = params_of(), data(batch=4 * devices, dtype=jnp.float64), jax.random.key(9)
     mesh = jax.make_mesh((devices,), ("data",), devices=jax.devices()[:devices])
 
     def step(params, x, key):
@@ -308,8 +333,9 @@ def test_shard_map_without_axis_name_is_an_error():
         fn(x)
 
 
+@jax.enable_x64(True)
 def test_jit_with_named_sharding_equals_single_device():
-    params, x, key = params_of(), data(batch=16), jax.random.key(9)
+    params, x, key = params_of(), data(batch=16, dtype=jnp.float64), jax.random.key(9)
     mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4], axis_types=(AxisType.Auto,))
     step = jax.jit(
         single_device,
@@ -355,13 +381,14 @@ def test_bad_arguments_are_named():
         cast(Any, approximate_r1)(critic, x, key, sigma=0.1)  # no default weight
 
 
+@jax.enable_x64(True)
 def test_traced_sigma_and_weight_are_allowed():
-    x, key = data(), jax.random.key(2)
-    critic = lambda y: apply_critic(params_of(), y)
+    x, key = data(dtype=jnp.float64), jax.random.key(2)
+    critic = lambda y: apply_critic(params_of(), y, jnp.float64)
     run = jax.jit(lambda s, w: approximate_r1(critic, x, key, sigma=s, weight=w))
     np.testing.assert_allclose(
-        run(0.05, 3.0), approximate_r1(critic, x, key, sigma=0.05, weight=3.0), rtol=1e-5
+        run(0.05, 3.0), approximate_r1(critic, x, key, sigma=0.05, weight=3.0), rtol=F64_RTOL
     )
     # zero is allowed; a traced weight is taken as given (a schedule's value is not checked)
     assert float(approximate_r1(critic, x, key, sigma=0.05, weight=0.0)) == 0.0
-    np.testing.assert_allclose(run(0.05, -3.0), -run(0.05, 3.0), rtol=1e-6)
+    np.testing.assert_allclose(run(0.05, -3.0), -run(0.05, 3.0), rtol=F64_RTOL)
