@@ -402,7 +402,7 @@ def _gone(pid):
             "--batch-size",
             "not divisible by the 4 devices",
         ),
-        (["train", "--dataset", "mnist"], "--dataset", "invalid choice: 'mnist'"),
+        (["train", "--dataset", "cifar10"], "--dataset", "invalid choice: 'cifar10'"),
         (["train", "--precision", "fp8"], "--precision", "invalid choice: 'fp8'"),
         (["train", "--gp-every", "0"], "--gp-every", "must be a positive integer, got 0"),
         (["train", "--gp-weight", "-1"], "--gp-weight", "must be a finite number >= 0"),
