@@ -134,6 +134,7 @@ def compile_program(config: TrainConfig, program: str, generation: str) -> dict[
     mesh = Mesh(np.array([device]), (trainer.AXIS,))
     problem = recipes.build_problem(DATASET, config)
     networks = (config, problem.generator, problem.critic, problem.sample_real)
+    step: trainer.Trainer
     if program in ("penalty", "no penalty"):
         step = _FixedPenalty(*networks, mesh=mesh, fused=True, apply_gp=program == "penalty")
     else:
@@ -153,7 +154,7 @@ def compile_program(config: TrainConfig, program: str, generation: str) -> dict[
     figures = cf.figures(compiled)
     return {
         **figures,
-        "conditionals": compiled.as_text().count(" conditional("),
+        "conditionals": (compiled.as_text() or "").count(" conditional("),
         "roofline_s": cf.roofline_s(figures, generation),
         "compile_s": seconds,
         "commit": records.provenance()["commit"],
