@@ -131,7 +131,6 @@ class Trainer:
         self.mesh = mesh
         self.devices = devices
         self.local_batch = config.batch_size // devices
-        self._real_draws = config.n_critic + uses_real_in_generator(config.loss)
         check_backend_for_manual_axes(config.backend, (AXIS,))
         self.backend = config.backend
         self._opt_g, self._opt_d = optimizers(config)
@@ -181,15 +180,15 @@ class Trainer:
     def _critic_gradients(self, state: TrainState, step: Any) -> tuple[dict[str, Any], Any]:
         """(gathered metrics, gradients) of critic step ``step`` of iteration ``state.iteration``
         at ``state``'s parameters: what that step computes, without its update."""
-        real = lax.dynamic_index_in_dim(self._real_batches(state), step, keepdims=False)
-        real = _shard(real, NamedSharding(self.mesh, P(AXIS)))
+        real = _shard(self._real_batch(state, step), NamedSharding(self.mesh, P(AXIS)))
         return self._sharded(self._local_critic_gradients, (P(), P(AXIS), P()))(state, real, step)
 
     def _generator_gradients(self, state: TrainState) -> tuple[jax.Array, Any]:
         """(loss, gradients) of the generator step of iteration ``state.iteration`` at
         ``state``'s parameters: what that step computes, without its update."""
-        real = _shard(self._real_batches(state), self._batched)
-        return self._sharded(self._local_generator_gradients, (P(), P(None, AXIS)))(state, real)
+        real = self._real_batch(state, self.config.n_critic)  # used by the relativistic loss only
+        real = _shard(real, NamedSharding(self.mesh, P(AXIS)))
+        return self._sharded(self._local_generator_gradients, (P(), P(AXIS)))(state, real)
 
     # --- jit level -----------------------------------------------------------------------------
 
@@ -208,10 +207,17 @@ class Trainer:
 
         One vmapped draw over the steps' keys (the same bits as one draw per key), so the
         program does not grow with ``n_critic``."""
-        steps = jnp.arange(self._real_draws, dtype=jnp.int32)
+        draws = self.config.n_critic + uses_real_in_generator(self.config.loss)
+        steps = jnp.arange(draws, dtype=jnp.int32)
         keys = jax.vmap(lambda step: critic_keys(state.key, state.iteration, step)[0])(steps)
         draw = jax.vmap(lambda key: self.sample_real(key, self.config.batch_size))
         return draw(keys).astype(jnp.float32)
+
+    def _real_batch(self, state: TrainState, index: Any) -> jax.Array:
+        """The (B, ...) GLOBAL real batch of step ``index`` of this iteration (``n_critic``: the
+        generator step's), the same bits as that row of ``_real_batches``."""
+        key = critic_keys(state.key, state.iteration, index)[0]
+        return self.sample_real(key, self.config.batch_size).astype(jnp.float32)
 
     # --- inside shard_map ----------------------------------------------------------------------
 
@@ -369,13 +375,14 @@ class Trainer:
         self, state: TrainState, real: jax.Array
     ) -> tuple[jax.Array, Any]:
         key = generator_key(state.key, state.iteration, self.config.n_critic)
+        real = real if uses_real_in_generator(self.config.loss) else None
         return _packed_value_and_grad(
-            self._generator_loss, state.g_params, state.d_params, key, self._generator_real(real)
+            self._generator_loss, state.g_params, state.d_params, key, real
         )
 
     def _generator_real(self, real: jax.Array) -> jax.Array | None:
         """The generator step's real batch among ``_real_batches``' (None if it draws none)."""
-        return real[-1] if self._real_draws > self.config.n_critic else None
+        return real[-1] if uses_real_in_generator(self.config.loss) else None
 
 
 def _packed_value_and_grad(
