@@ -1,6 +1,7 @@
 """The study's page and figure: rows over seeds, the runs, and quality against CPU time.
 
 summarize(result)        -> [{"row", "runs", "collapsed", c2st/fd mean and sd, s_per_step}]
+    summary_table(result)    -> the markdown lines of the rows over their seeds
 markdown(result)         -> the page of benchmarks/results/exactness/study_<critic>.md
 figure(result, path)     -> Frechet distance against the study's clock, one line per run
 """
@@ -23,14 +24,6 @@ def collapsed(run: dict[str, Any]) -> bool:
     if run.get("failed"):
         return True
     return run["classes_covered"] < MIN_CLASSES or run["frechet_distance"] > ONE_CLASS_FRECHET
-
-
-def _mean_sd(values: list[float]) -> str:
-    if not values:
-        return "-"
-    return (
-        f"{np.mean(values):.3f} ± {np.std(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"
-    )
 
 
 def summarize(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,22 +50,36 @@ def summarize(result: dict[str, Any]) -> list[dict[str, Any]]:
     return summary
 
 
-def markdown(result: dict[str, Any]) -> str:
-    script = "JAX_PLATFORMS=cpu python -m benchmarks.exactness.study"
-    command = "`, then `".join(" ".join([script, *argv]) for argv in result["invocations"])
+def _mean_sd(values: list[float], fmt: str = "{:.3f}") -> str:
+    """The values' mean and standard deviation over seeds (the value alone for one seed)."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(np.mean(values))} ± {fmt.format(np.std(values))}"
+
+
+def summary_table(result: dict[str, Any]) -> list[str]:
+    """The rows over their seeds: collapses, final quality, steps in the budget, s / step."""
     rows = (
         [
             s["row"],
             f"{s['collapsed']} of {s['runs']}",
             _mean_sd(s["c2st"]),
-            _mean_sd(s["frechet"]),
-            _mean_sd([float(c) for c in s["classes"]]),
-            _mean_sd([float(n) for n in s["steps"]]).split(".")[0],
-            _mean_sd(s["s_per_step"]),
+            _mean_sd(s["frechet"], "{:.1f}"),
+            _mean_sd([float(c) for c in s["classes"]], "{:.1f}"),
+            _mean_sd([float(n) for n in s["steps"]], "{:.0f}"),
+            _mean_sd(s["s_per_step"], "{:.2f}"),
         ]
         for s in summarize(result)
     )
-    head = ["row", "collapsed", "C2ST", "Fréchet", "classes", "steps", "s / step"]
+    head = ["row", "collapsed", "C2ST", "Fréchet", "classes", "steps in budget", "s / step"]
+    return markdown_table(head, rows)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    script = "JAX_PLATFORMS=cpu python -m benchmarks.exactness.study"
+    command = "`, then `".join(" ".join([script, *argv]) for argv in result["invocations"])
     runs = (
         [
             r["row"],
@@ -97,7 +104,7 @@ def markdown(result: dict[str, Any]) -> str:
             "(mean ± sd):"
         ),
         "",
-        *markdown_table(head, rows),
+        *summary_table(result),
         "",
         "Every run:",
         "",

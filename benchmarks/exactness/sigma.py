@@ -25,7 +25,7 @@ import numpy as np
 
 import benchmarks
 from benchmarks import records
-from benchmarks.tables import markdown_table
+from benchmarks.exactness.tables import sigma_table
 from fastgp import approximate_r1, gradient_penalty
 from fastgp.train.data.sets import load_mnist
 from fastgp.train.recipes.defaults import build_problem
@@ -92,25 +92,6 @@ def sweep(run_dir: pathlib.Path, sigmas: list[float], draws: int, batch: int) ->
 
 def markdown(result: dict[str, Any]) -> str:
     command = " ".join(["JAX_PLATFORMS=cpu python -m benchmarks.exactness.sigma", *result["argv"]])
-    head = [
-        "critic (run)",
-        "sigma",
-        "value ratio, 1 draw",
-        f"mean of {result['draws']}",
-        "gradient cosine, 1 draw",
-        "mean",
-    ]
-    rows = (
-        [
-            r["run"],
-            f"{r['sigma']:g}",
-            f"{r['ratio_one_draw']:.3f}",
-            f"{r['ratio_mean']:.3f}",
-            f"{r['cosine_one_draw']:.3f}",
-            f"{r['cosine_mean']:.3f}",
-        ]
-        for r in result["rows"]
-    )
     return "\n".join(
         [
             "# Approximate against exact R1 on trained critics, by sigma",
@@ -120,7 +101,7 @@ def markdown(result: dict[str, Any]) -> str:
                 "weight 1 (1.000 and 1.000 is agreement), on held-out MNIST digits, float32."
             ),
             "",
-            *markdown_table(head, rows),
+            *sigma_table(result),
             "",
             f"Machine: {result['machine']}; commit {result['commit']}.",
             "",

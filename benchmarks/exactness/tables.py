@@ -11,12 +11,9 @@ figures from benchmarks/results/exactness/ (and the check's from training/check_
 import json
 import pathlib
 
-import numpy as np
-
-from benchmarks.exactness.report import summarize
+from benchmarks.exactness.report import summarize, summary_table
 from benchmarks.tables import markdown_table
 
-PM = "\N{PLUS-MINUS SIGN}"
 DASH = "\N{EN DASH}"
 UNIT_ROUNDOFF = 2.0**-24  # float32's
 
@@ -31,50 +28,31 @@ def _span(values, fmt):
     return low if low == high else f"{low}{DASH}{high}"
 
 
-def _mean_sd(values, fmt="{:.3f}"):
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return fmt.format(values[0])
-    return f"{fmt.format(np.mean(values))} {PM} {fmt.format(np.std(values))}"
-
-
 def study(critic):
     """The block of ``study_<critic>.json``."""
+    return lambda results: summary_table(_load(results, f"exactness/study_{critic}.json"))
 
-    def render(results):
-        result = _load(results, f"exactness/study_{critic}.json")
-        rows = (
-            [
-                s["row"],
-                f"{s['collapsed']} of {s['runs']}",
-                _mean_sd(s["c2st"]),
-                _mean_sd(s["frechet"], "{:.1f}"),
-                _mean_sd([float(c) for c in s["classes"]], "{:.1f}"),
-                _mean_sd([float(n) for n in s["steps"]], "{:.0f}"),
-                _mean_sd(s["s_per_step"], "{:.2f}"),
-            ]
-            for s in summarize(result)
-        )
-        head = ["row", "collapsed", "C2ST", "Fréchet", "classes", "steps in budget", "s / step"]
-        return markdown_table(head, rows)
 
-    return render
+def steptime_table(runs):
+    """Each row's seconds per step (the fastest repeat), over the first row's, and iterations."""
+    first = runs[0]
+    rows = (
+        [
+            r["row"],
+            f"{r['s_per_step']:.3f}",
+            f"{r['s_per_step'] / first['s_per_step']:.2f}x",
+            r["iterations"],
+        ]
+        for r in runs
+    )
+    return markdown_table(["row", "s / step", f"/ {first['row']}", "iterations"], rows)
 
 
 def steptime(critic):
-    """The block of ``steptime_<critic>.json``: each row's seconds per step, and over the first."""
-
-    def render(results):
-        runs = _load(results, f"exactness/steptime_{critic}.json")["runs"]
-        first = runs[0]
-        rows = (
-            [r["row"], f"{r['s_per_step']:.3f}", f"{r['s_per_step'] / first['s_per_step']:.2f}x"]
-            for r in runs
-        )
-        return markdown_table(["row", "s / step", f"/ {first['row']}"], rows)
-
-    return render
+    """The block of ``steptime_<critic>.json``."""
+    return lambda results: steptime_table(
+        _load(results, f"exactness/steptime_{critic}.json")["runs"]
+    )
 
 
 def compiled(results):
@@ -97,8 +75,9 @@ def compiled(results):
     return markdown_table(head, cells)
 
 
-def sigma(results):
-    result = _load(results, "exactness/sigma.json")
+def sigma_table(result):
+    """Per trained critic and sigma: the value ratio and the gradient cosine, one draw and the
+    mean of the draws."""
     rows = (
         [
             r["run"],
@@ -113,6 +92,10 @@ def sigma(results):
     mean = f"mean of {result['draws']} draws"
     head = ["trained critic", "sigma", "value ratio, 1 draw", mean, "gradient cosine, 1 draw", mean]
     return markdown_table(head, rows)
+
+
+def sigma(results):
+    return sigma_table(_load(results, "exactness/sigma.json"))
 
 
 def headline(results):
