@@ -375,9 +375,9 @@ class Trainer:
         self, state: TrainState, real: jax.Array
     ) -> tuple[jax.Array, Any]:
         key = generator_key(state.key, state.iteration, self.config.n_critic)
-        real = real if uses_real_in_generator(self.config.loss) else None
+        paired = real if uses_real_in_generator(self.config.loss) else None
         return _packed_value_and_grad(
-            self._generator_loss, state.g_params, state.d_params, key, real
+            self._generator_loss, state.g_params, state.d_params, key, paired
         )
 
     def _generator_real(self, real: jax.Array) -> jax.Array | None:
