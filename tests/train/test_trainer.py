@@ -49,6 +49,13 @@ def _run(args, timeout=300, **env):
     return proc
 
 
+def fastgp_check(*argv: str, timeout: float = 300) -> dict:
+    """``python -m fastgp.train.cli check ARGV`` run to success: its JSON line."""
+    proc = _run(["-m", "fastgp.train.cli", "check", *argv], timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return _last_json(proc.stdout)
+
+
 def run_worker(scenario: str, devices: int, **env) -> dict:
     proc = _run([str(WORKER), scenario, str(devices)], **env)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -140,88 +147,66 @@ LOSS_CASES = [
 def test_every_loss_and_placement_equals_naive(devices, loss, kind, placement):
     argv = ["--devices", str(devices), "--steps", "2", "--batch-size", "16", "--n-critic", "2"]
     argv += ["--backend", "xla", "--loss", loss, "--gp-kind", kind, "--gp-at", placement]
-    proc = _run(["-m", "fastgp.train.cli", "check", *argv])
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = _last_json(proc.stdout)
+    result = fastgp_check(*argv)
     assert result["ok"] is True
     assert (result["config"]["loss"], result["config"]["gp_at"]) == (loss, placement)
     assert_within_float32_bounds(result)
 
 
 def test_lazy_regularisation_equals_naive():
-    proc = _run(
-        [
-            "-m",
-            "fastgp.train.cli",
-            "check",
-            "--devices",
-            "3",
-            "--steps",
-            "3",
-            "--batch-size",
-            "24",
-            "--n-critic",
-            "2",
-            "--gp-every",
-            "3",
-            "--backend",
-            "xla",
-        ]
+    result = fastgp_check(
+        "--devices",
+        "3",
+        "--steps",
+        "3",
+        "--batch-size",
+        "24",
+        "--n-critic",
+        "2",
+        "--gp-every",
+        "3",
+        "--backend",
+        "xla",
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert _last_json(proc.stdout)["ok"] is True
+    assert result["ok"] is True
 
 
 @pytest.mark.parametrize("backend", ["xla", "tpu-interpret"])
 def test_nested_reverse_trainer_equals_naive(backend):
     """The sharded trainer with second_order="reverse" against the naive nested-grad trainer."""
-    proc = _run(
-        [
-            "-m",
-            "fastgp.train.cli",
-            "check",
-            "--devices",
-            "2",
-            "--steps",
-            "3",
-            "--batch-size",
-            "16",
-            "--n-critic",
-            "2",
-            "--backend",
-            backend,
-            "--second-order",
-            "reverse",
-        ]
+    result = fastgp_check(
+        "--devices",
+        "2",
+        "--steps",
+        "3",
+        "--batch-size",
+        "16",
+        "--n-critic",
+        "2",
+        "--backend",
+        backend,
+        "--second-order",
+        "reverse",
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = _last_json(proc.stdout)
     assert result["ok"] is True and result["config"]["second_order"] == "reverse"
     assert_within_float32_bounds(result)
 
 
 def test_digits_conv_critic_equals_naive():
     """The digits recipe's conv pair (NHWC) through the kernel in TPU-interpret mode, float32."""
-    proc = _run(
-        [
-            "-m",
-            "fastgp.train.cli",
-            "check",
-            "--dataset",
-            "digits",
-            "--devices",
-            "2",
-            "--steps",
-            "2",
-            "--batch-size",
-            "32",
-            "--n-critic",
-            "2",
-        ],
+    result = fastgp_check(
+        "--dataset",
+        "digits",
+        "--devices",
+        "2",
+        "--steps",
+        "2",
+        "--batch-size",
+        "32",
+        "--n-critic",
+        "2",
         timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = _last_json(proc.stdout)
     assert result["ok"] is True and result["dataset"] == "digits"
     assert result["config"]["backend"] == "tpu-interpret" and result["config"]["latent_dim"] == 32
     assert_within_float32_bounds(result)
@@ -233,28 +218,21 @@ def test_digits_bf16_multi_block_equals_naive():
     from fastgp.kernels.penalty.tiling import lane_blocks, row_blocks
 
     assert lane_blocks(64, 1, 192).batch < 192 and row_blocks(192, 64, 2).batch < 192
-    proc = _run(
-        [
-            "-m",
-            "fastgp.train.cli",
-            "check",
-            "--dataset",
-            "digits",
-            "--precision",
-            "bf16",
-            "--devices",
-            "2",
-            "--steps",
-            "1",
-            "--batch-size",
-            "384",
-            "--n-critic",
-            "1",
-        ],
+    result = fastgp_check(
+        "--dataset",
+        "digits",
+        "--precision",
+        "bf16",
+        "--devices",
+        "2",
+        "--steps",
+        "1",
+        "--batch-size",
+        "384",
+        "--n-critic",
+        "1",
         timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = _last_json(proc.stdout)
     assert result["ok"] is True and result["config"]["precision"] == "bf16"
     assert result["tolerance"]["critic_grads"] == 5e-2
     assert result["tolerance"]["run_updates"] is None
