@@ -55,8 +55,7 @@ GRID = Recipe(
 DIGITS = _recipe(
     steps=9000, width=32, lr=1e-3, batch_size=64, n_critic=3, gp_weight=10.0, latent_dim=32
 )
-# A default run ends within 15 minutes on 2 CPU cores: about 0.55 s a step for the conv pair,
-# 1.1 s for the ViT critic (docs/trainer.md).
+# Sized for a default run within 15 minutes on 2 CPU cores (docs/trainer.md: the step times).
 MNIST = _recipe(
     steps=1200, width=32, lr=5e-4, batch_size=64, n_critic=3, gp_weight=10.0, latent_dim=64
 )

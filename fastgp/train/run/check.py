@@ -49,13 +49,13 @@ from fastgp.train.training.state import CriticName, Precision, TrainConfig, Trai
 from fastgp.train.training.trainer import Trainer, make_mesh
 
 # Per precision: the bound for each group of reported differences (None: reported, not gated).
-# float32: one step of either trainer from the same state differs by reduction order only, at
-# most 5.3e-6 (90 units of roundoff) on any CPU vector width and compiler flags measured
-# (benchmarks/results/training/check_isa.md); the bounds of one step sit 6x above that and 3x
-# below the smallest planted bug (gradients scaled by 1.0001). A run of one iteration compounds
-# n_critic Adam steps (Adam turns a rounding-sized gradient entry into an lr-sized step):
-# measured at most 5.8e-4 in its updates, gated at 17x that, far below a skipped or repeated
-# step (O(1)). bfloat16 gates the gradients and values at its own roundoff (2^-8).
+# float32: one step of either trainer from the same state differs by reduction order only; the
+# bounds of one step sit above the largest such difference on any CPU vector width and compiler
+# flags (benchmarks/results/training/check_isa.md, docs/trainer.md) and below the smallest
+# planted bug (gradients scaled by 1.0001). A run of one iteration compounds n_critic Adam steps
+# (Adam turns a rounding-sized gradient entry into an lr-sized step), so its updates get a wider
+# bound, still far below a skipped or repeated step (O(1)). bfloat16 gates the gradients and
+# values at its own roundoff (2^-8).
 TOLERANCES: dict[str, dict[str, float | None]] = {
     "f32": {
         "critic_grads": 3e-5,
