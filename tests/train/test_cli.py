@@ -8,6 +8,7 @@ its parameters.
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -376,6 +377,42 @@ def test_a_stopped_process_is_named_as_the_one_that_stopped_responding(tmp_path,
     assert errors[0].startswith(f"fastgp: error: process 1 of 2 (pid {victim}) stopped responding")
     assert "process 0 of 2" not in errors[0], errors[0]  # the healthy one is not the cause
     assert all(_gone(pid) for pid in pids)
+
+
+def test_of_two_found_dead_at_once_the_one_killed_from_outside_is_named(tmp_path, capsys):
+    """Process 1 is SIGKILLed; process 0, its collective's peer gone, aborts a moment later (as
+    gloo does). Both are usually dead by the supervisor's next look: process 1 is the cause."""
+    marker = tmp_path / "killed"
+    peer = (
+        "import os, pathlib, signal, time\n"
+        f"m = pathlib.Path({str(marker)!r})\n"
+        "while not m.exists(): time.sleep(0.005)\n"
+        "os.abort()\n"
+    )
+    victim = (
+        "import os, pathlib, signal\n"
+        f"pathlib.Path({str(marker)!r}).touch()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    commands = [[sys.executable, "-c", peer], [sys.executable, "-c", victim]]
+    assert launcher.supervise(commands) == 1
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("fastgp: error")]
+    assert re.match(r"fastgp: error: process 1 of 2 \(pid \d+\) was killed by SIGKILL", line), line
+
+
+@pytest.mark.parametrize(
+    "failed,cause",
+    [
+        ([(0, -signal.SIGABRT), (1, -signal.SIGKILL)], 1),
+        ([(0, -signal.SIGABRT), (1, -signal.SIGSEGV)], 1),
+        ([(0, -signal.SIGABRT), (1, 1)], 1),
+        ([(0, 2), (1, -signal.SIGTERM)], 1),
+        ([(0, 1), (1, 1)], 0),
+        ([(1, -signal.SIGABRT), (2, -signal.SIGABRT)], 1),
+    ],
+)
+def test_the_cause_among_failures_found_together(failed, cause):
+    assert launcher._cause(failed)[0] == cause
 
 
 def _gone(pid):

@@ -8,7 +8,9 @@
 
 Process 0 hosts the coordinator. The supervisor watches every child: when one exits with an error
 or is killed, it stops the others (after ``GRACE_S``, so that a failure every process saw is
-reported by process 0) and says which one died, so nothing waits on a peer that is gone. Inside
+reported by process 0) and says which one died, so nothing waits on a peer that is gone. Of
+several found dead at one look, one killed from outside or crashed is named before one that
+aborted (SIGABRT), since that is how a process ends when a collective's peer vanishes. Inside
 each process the coordination service's heartbeat (``HEARTBEAT_S``) is the second line of
 defence: a process whose peer stops answering aborts with "tasks are unhealthy" instead of
 hanging in a collective. When one fails while a peer is stopped (SIGSTOP, a debugger: what a hung
@@ -119,17 +121,37 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def _failure(procs: Sequence[subprocess.Popen[Any]], i: int, code: int) -> str:
-    """The line for process ``i`` failing with ``code``: blames the stopped peers if any."""
+def _cause(failed: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """The (process, status) that most likely caused the others among those found failed at one
+    look: a signal from outside or a crash (SIGKILL, SIGSEGV, ...) first, then an error exit, then
+    SIGABRT, which is how a process ends when a collective's peer vanishes under it (gloo's
+    "Received data size doesn't match", the lost heartbeat). Ties go to the lowest index."""
+
+    def rank(item: tuple[int, int]) -> tuple[int, int]:
+        code = item[1]
+        return (0 if code < 0 and -code != signal.SIGABRT else 1 if code > 0 else 2), item[0]
+
+    return min(failed, key=rank)
+
+
+def _failure(
+    procs: Sequence[subprocess.Popen[Any]], failed: Sequence[tuple[int, int]]
+) -> tuple[str, int]:
+    """The error line for the processes ``failed`` ((index, status) pairs found at one look), and
+    the status to exit with: names the likely cause, or the stopped peers if any."""
     names = [f"process {j} of {len(procs)} (pid {p.pid})" for j, p in enumerate(procs)]
+    i, code = _cause(failed)
+    after = "".join(f"; {names[j]} then {_describe(c)}" for j, c in failed if j != i)
     stopped = [names[j] for j, p in enumerate(procs) if p.poll() is None and _stopped(p.pid)]
     if not stopped:
-        return f"fastgp: error: {names[i]} {_describe(code)}; stopped the other processes"
-    return (
-        f"fastgp: error: {' and '.join(stopped)} stopped responding (stopped, so "
-        f"{'their heartbeats' if len(stopped) > 1 else 'its heartbeat'} was lost); process {i} "
-        f"then {_describe(code)}; stopped the other processes"
-    )
+        line = f"fastgp: error: {names[i]} {_describe(code)}{after}; stopped the other processes"
+    else:
+        line = (
+            f"fastgp: error: {' and '.join(stopped)} stopped responding (stopped, so "
+            f"{'their heartbeats' if len(stopped) > 1 else 'its heartbeat'} was lost); process {i} "
+            f"then {_describe(code)}{after}; stopped the other processes"
+        )
+    return line, code
 
 
 def _stop(procs: Sequence[subprocess.Popen[Any]], grace: float = 0.0) -> None:
@@ -248,7 +270,8 @@ def _status(procs: Sequence[subprocess.Popen[Any]], graceful: bool) -> int | Non
     """The supervisor's exit status once it is decided, else None (children still running).
 
     A child that failed (a graceful stop's status excepted with ``graceful``) stops the others
-    after ``GRACE_S`` and is named on stderr: its status, 1 for a signal. Else, once every child
+    after ``GRACE_S`` and is named on stderr (of several found failed at once, the likely cause
+    first): its status, 1 for a signal. Else, once every child
     has exited, the largest status."""
     codes = [p.poll() for p in procs]
     failed = [
@@ -257,8 +280,7 @@ def _status(procs: Sequence[subprocess.Popen[Any]], graceful: bool) -> int | Non
         if c not in (None, 0) and not (graceful and _graceful(c))
     ]
     if failed:
-        i, code = failed[0]
-        message = _failure(procs, i, code)
+        message, code = _failure(procs, failed)
         _stop(procs, grace=GRACE_S)
         print(message, file=sys.stderr, flush=True)
         return code if code > 0 else 1
