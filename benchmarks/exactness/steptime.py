@@ -6,9 +6,9 @@
 
 Each row's ``fastgp train --dataset mnist`` flags (``benchmarks.exactness.study.rows``) are parsed
 by the command's own parser into its ``TrainConfig``; the row's ``Trainer`` on one CPU device runs
-``--iterations`` generator iterations ``--repeats`` times after a compiling warm-up, and the
-figure is the fastest repeat's seconds per iteration: on a shared machine the minimum is the
-least disturbed. A lazy row (a penalty every k critic steps) is timed over a multiple of k steps
+``--iterations`` generator iterations ``--repeats`` times after a compiling warm-up, the rows
+taking turns within each repeat, and the figure is the fastest repeat's seconds per iteration: on
+a shared machine the minimum is the least disturbed. A lazy row (a penalty every k critic steps) is timed over a multiple of k steps
 so that its figure is the mean over the interval.
 """
 
@@ -37,29 +37,47 @@ def row_config(critic: str, flags: list[str], steps: int) -> Any:
     return config_of([*argv, "--backend", "xla"])
 
 
-def time_row(critic: str, flags: list[str], iterations: int, repeats: int) -> dict[str, Any]:
-    config = row_config(critic, flags, 1000)
-    per_interval = config.gp_every // math.gcd(config.gp_every, config.n_critic)
-    iterations = math.ceil(iterations / per_interval) * per_interval
-    problem = build_problem("mnist", config)
-    trainer = Trainer(config, *problem[:3], mesh=make_mesh(jax.devices()[:1]))
-    state = trainer.init()
-    start = time.perf_counter()
-    state, _ = jax.block_until_ready(trainer.run(state, iterations))  # compiles
-    warm_up = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
+class _Row:
+    """One row's Trainer on one CPU device, compiled, and its state: ``time()`` runs it once."""
+
+    def __init__(self, critic: str, flags: list[str], iterations: int) -> None:
+        self.config = row_config(critic, flags, 1000)
+        per_interval = self.config.gp_every // math.gcd(self.config.gp_every, self.config.n_critic)
+        self.iterations = math.ceil(iterations / per_interval) * per_interval
+        problem = build_problem("mnist", self.config)
+        self.trainer = Trainer(self.config, *problem[:3], mesh=make_mesh(jax.devices()[:1]))
+        self.state = self.trainer.init()
+        self.warm_up_s = self.time() * self.iterations  # compiles
+
+    def time(self) -> float:
+        """Seconds per iteration of one run of ``iterations``."""
         start = time.perf_counter()
-        state, _ = jax.block_until_ready(trainer.run(state, iterations))
-        times.append((time.perf_counter() - start) / iterations)
-    return {
-        "critic": critic,
-        "flags": flags,
-        "iterations": iterations,
-        "s_per_step": min(times),
-        "s_per_step_all": times,
-        "warm_up_s": warm_up,
-    }
+        self.state, _ = jax.block_until_ready(self.trainer.run(self.state, self.iterations))
+        return (time.perf_counter() - start) / self.iterations
+
+
+def time_rows(
+    critic: str, flags: dict[str, list[str]], iterations: int, repeats: int
+) -> list[dict[str, Any]]:
+    """Each row of ``flags`` timed ``repeats`` times, the rows taking turns within each repeat
+    (so a change in the machine's load falls on every row alike)."""
+    timed = {name: _Row(critic, row_flags, iterations) for name, row_flags in flags.items()}
+    times: dict[str, list[float]] = {name: [] for name in flags}
+    for _ in range(repeats):
+        for name, row in timed.items():
+            times[name].append(row.time())
+    return [
+        {
+            "row": name,
+            "critic": critic,
+            "flags": flags[name],
+            "iterations": row.iterations,
+            "s_per_step": min(times[name]),
+            "s_per_step_all": times[name],
+            "warm_up_s": row.warm_up_s,
+        }
+        for name, row in timed.items()
+    ]
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -90,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = RESULTS / f"steptime_{args.critic}"
     result = records.runs(out, sys.argv[1:] if argv is None else list(argv), append=False)
-    flags = rows(args.weight, 1000)
-    for row in args.rows:
-        timed = time_row(args.critic, flags[row], args.iterations, args.repeats)
-        records.add_run(out, result, {"row": row, **timed}, markdown)
+    flags = rows(args.weight)
+    chosen = {row: flags[row] for row in args.rows}
+    for timed in time_rows(args.critic, chosen, args.iterations, args.repeats):
+        records.add_run(out, result, timed, markdown)
     return 0
 
 
