@@ -9,6 +9,8 @@ The library is this package minus ``fastgp.train`` (the training application):
 from fastgp._approximate.api import approximate_r1 as approximate_r1
 from fastgp._attention.api import attention as attention
 from fastgp._attention.reference import naive_attention as naive_attention
+from fastgp._attention.zigzag import from_zigzag as from_zigzag
+from fastgp._attention.zigzag import to_zigzag as to_zigzag
 from fastgp._backends import attention_backend as attention_backend
 from fastgp._critic_ops import FirstOrderOnlyOpError as FirstOrderOnlyOpError
 from fastgp._penalty.reference import naive_gradient_penalty as naive_gradient_penalty
@@ -33,6 +35,7 @@ __all__ = [
     "attention",
     "attention_backend",
     "approximate_r1",
+    "from_zigzag",
     "grad_norms",
     "gradient_penalty",
     "gradient_penalty_and_norms",
@@ -44,4 +47,5 @@ __all__ = [
     "penalty_and_norms_from_grads",
     "penalty_from_grads",
     "per_sample_penalties",
+    "to_zigzag",
 ]

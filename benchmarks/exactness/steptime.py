@@ -8,8 +8,8 @@ Each row's ``fastgp train --dataset mnist`` flags (``benchmarks.exactness.study.
 by the command's own parser into its ``TrainConfig``; the row's ``Trainer`` on one CPU device runs
 ``--iterations`` generator iterations ``--repeats`` times after a compiling warm-up, the rows
 taking turns within each repeat, and the figure is the fastest repeat's seconds per iteration: on
-a shared machine the minimum is the least disturbed. A lazy row (a penalty every k critic steps) is timed over a multiple of k steps
-so that its figure is the mean over the interval.
+a shared machine the minimum is the least disturbed. A lazy row (a penalty every k critic steps)
+is timed over a multiple of k steps so that its figure is the mean over the interval.
 """
 
 import argparse

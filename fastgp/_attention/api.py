@@ -25,6 +25,8 @@ import jax.numpy as jnp
 from fastgp import _backends as backends
 from fastgp._attention import sequence, sharding
 from fastgp._attention.padded import attend
+from fastgp._attention.ring import Layout
+from fastgp._attention.sequence import Scheme
 from fastgp._sharding import mode_of, spec_of
 from fastgp._typing import AxisName
 from fastgp.distributed import collective_axes
@@ -114,6 +116,8 @@ def attention(
     is_causal: bool = False,
     backend: str = "auto",
     sample_axis_name: AxisName = None,
+    sequence_parallel: Scheme = "ring",
+    sequence_layout: Layout = "contiguous",
     bias: jax.Array | None = None,
     dropout_rng: jax.Array | None = None,
     dropout_rate: float = 0.0,
@@ -153,10 +157,15 @@ def attention(
     key_mask = None if mask is None else key_mask_of(mask, batch, k.shape[1])
     axes = collective_axes(sample_axis_name)
     causal = bool(is_causal)
+    scheme, layout = sequence_parallel, sequence_layout
     if axes:
-        return sequence.in_shard_map(q, k, v, key_mask, axes, causal=causal, **options)
+        return sequence.in_shard_map(
+            q, k, v, key_mask, axes, causal=causal, scheme=scheme, layout=layout, **options
+        )
     if mode_of(q, "fastgp.attention") == "explicit" and spec_of(q)[1] is not None:
-        return sequence.explicit(q, k, v, key_mask, causal=causal, **options)
+        return sequence.explicit(
+            q, k, v, key_mask, causal=causal, scheme=scheme, layout=layout, **options
+        )
     if key_mask is None:
         key_mask = jnp.ones((batch, k.shape[1]), bool)
     return attend(q, k, v, key_mask, causal=causal, **options)

@@ -2,6 +2,7 @@
 
 import dataclasses
 
+from fastgp._attention.ring import Ring
 from fastgp._typing import Backend
 
 
@@ -9,8 +10,9 @@ from fastgp._typing import Backend
 class Config:
     """Score scale, causal masking, the queries and keys a step handles, the backend that runs
     the passes (``"xla"`` or a kernel backend), and the first query's position among the keys
-    (``q_offset``: a sequence shard's start, for causal masking). Hashable: a primitive
-    parameter."""
+    (``q_offset``: a sequence shard's start, for causal masking), and ``ring``: the mesh axes the
+    tokens are split over when every pass runs as ring steps (``fastgp._attention.ring``).
+    Hashable: a primitive parameter."""
 
     scale: float
     causal: bool
@@ -18,6 +20,7 @@ class Config:
     block_k: int
     backend: Backend = "xla"
     q_offset: int = 0
+    ring: Ring | None = None
 
 
 __all__ = ["Config"]

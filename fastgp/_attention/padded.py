@@ -1,11 +1,14 @@
 """One device's attention: the bhtd layout, padding to whole blocks, and the primitives' call.
 
-    attend(q, k, v, key_mask, *, scale, causal, backend, q_offset=0) -> (B, Tq, H, Dv)
+    attend(q, k, v, key_mask, *, scale, causal, backend, q_offset=0, ring=None) -> (B, Tq, H, Dv)
 
 q (B, Tq, H, D), k (B, Tk, H, D), v (B, Tk, H, Dv) and the (B, Tk) bool key mask, checked by
 the caller; ``backend`` is resolved ("xla" or a kernel backend). ``q_offset`` is the first query's
 position among the keys (a sequence shard's start; causal masking only).
 """
+
+import math
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +17,7 @@ from einops import rearrange
 from fastgp._attention import rules
 from fastgp._attention.binding import blocks as kernel_blocks
 from fastgp._attention.config import Config
+from fastgp._attention.ring import Ring
 from fastgp._typing import Backend
 from fastgp.kernels.tiling import round_up
 
@@ -43,17 +47,47 @@ def attend(
     causal: bool,
     backend: Backend,
     q_offset: int = 0,
+    ring: Ring | None = None,
 ) -> jax.Array:
-    """(B, Tq, H, Dv) in q's dtype: the attention of these arrays on this device (see module)."""
+    """(B, Tq, H, Dv) in q's dtype: the attention of these arrays on this device (see module),
+    or with ``ring`` of the whole sequence split over its mesh axes (q, k, v and the mask this
+    device's slice; with the "zigzag" layout its two chunks, each padded to whole blocks)."""
     tq, d, tk = q.shape[1], q.shape[3], k.shape[1]
-    block_q, block_k = _blocks(backend, tq, tk, d, jnp.dtype(q.dtype).itemsize)
-    tq_pad, tk_pad = round_up(tq, block_q), round_up(tk, block_k)
+    itemsize = jnp.dtype(q.dtype).itemsize
+    if ring is not None and ring.layout == "zigzag":
+        chunk = tq // 2
+        block_q, block_k = _blocks(backend, chunk, chunk, d, itemsize)
+        padded = round_up(chunk, math.lcm(block_q, block_k))
+        config = Config(scale, causal, block_q, block_k, backend, 0, replace(ring, chunk=padded))
+        q, k, v = (_chunks_padded(x, chunk, padded) for x in (q, k, v))
+        mask = jnp.concatenate(
+            [_pad_tokens(key_mask[:, :chunk], padded), _pad_tokens(key_mask[:, chunk:], padded)],
+            axis=1,
+        )
+        o, _ = rules.attention_with_lse(q, k, v, mask, config)
+        o = jnp.concatenate([o[:, :, :chunk], o[:, :, padded : padded + chunk]], axis=2)
+        return rearrange(o, "b h t d -> b t h d")
+    block_q, block_k = _blocks(backend, tq, tk, d, itemsize)
+    if ring is not None and causal:  # queries and keys on one grid: the first step is causal
+        tq_pad = tk_pad = round_up(tq, math.lcm(block_q, block_k))
+    else:
+        tq_pad, tk_pad = round_up(tq, block_q), round_up(tk, block_k)
     key_mask = jnp.pad(key_mask, ((0, 0), (0, tk_pad - tk)))
-    config = Config(scale, causal, block_q, block_k, backend, q_offset)
+    config = Config(scale, causal, block_q, block_k, backend, q_offset, ring)
     o, _ = rules.attention_with_lse(
         _padded(q, tq_pad), _padded(k, tk_pad), _padded(v, tk_pad), key_mask, config
     )
     return rearrange(o[:, :, :tq], "b h t d -> b t h d")
+
+
+def _pad_tokens(mask: jax.Array, length: int) -> jax.Array:
+    """(B, T) key mask -> (B, length), False after T."""
+    return jnp.pad(mask, ((0, 0), (0, length - mask.shape[1])))
+
+
+def _chunks_padded(x: jax.Array, chunk: int, length: int) -> jax.Array:
+    """(B, 2 chunk, H, D) -> (B, H, 2 length, D): each half padded with zeros to ``length``."""
+    return jnp.concatenate([_padded(x[:, :chunk], length), _padded(x[:, chunk:], length)], axis=2)
 
 
 __all__ = ["XLA_BLOCK", "attend"]

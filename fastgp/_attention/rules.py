@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from fastgp._attention import xla
+from fastgp._attention import ring, xla
 from fastgp._attention.config import Config
 from fastgp._attention.sharding import bind_per_device
 
@@ -54,11 +54,23 @@ def register_kernel_backend(backend: str, impls: Callable[[str, Config], Impl]) 
     _KERNEL_IMPLS[backend] = impls
 
 
-def _impl(name: str, config: Config) -> Impl:
+def _one_device(name: str, config: Config) -> Impl:
     if config.backend == "xla":
         fn = xla.PASSES[name]
         return lambda *args: fn(*args, config=config)
     return _KERNEL_IMPLS[config.backend](name, config)
+
+
+def _impl(name: str, config: Config) -> Impl:
+    """Pass ``name`` on this device, or over the ring of devices when ``config.ring`` is set."""
+    if config.ring is None:
+        return _one_device(name, config)
+    block = functools.partial(_one_device, name)
+    if name == "forward":
+        return lambda *args: ring.forward(block, config, *args)
+    return lambda *args: ring.linear(
+        block, config, args, _key_args(name), _key_results(name), _result_dtypes(name, args)
+    )
 
 
 def _new_primitive(name: str) -> Primitive:
@@ -108,6 +120,28 @@ def _split(name: str, args: Sequence[Any]) -> tuple[Sequence[Any], Any, dict[str
         at += SLOT_SIZES[slot]
     assert at == len(args), (name, len(args))
     return args[:5], args[5], groups
+
+
+def _key_args(name: str, extra: Sequence[str] = ()) -> frozenset[int]:
+    """Positions of the key-side arguments of pass ``name`` (k, v, the key mask and the k and v
+    parts of its slots, then of the ``extra`` slots appended): those that travel on a ring."""
+    at, positions = 6, {1, 2, 5}
+    for slot in (*_PASS_SLOTS[name], *extra):
+        if slot != "g":
+            positions |= {at + 1, at + 2}
+        at += SLOT_SIZES[slot]
+    return frozenset(positions)
+
+
+def _key_results(name: str) -> frozenset[int]:
+    """Positions of the key-side results of pass ``name``: the k and v parts of d or P."""
+    return frozenset() if _returns(name) == "g" else frozenset({1, 2})
+
+
+def _result_dtypes(name: str, args: Sequence[Any]) -> list[Any]:
+    """The dtypes of pass ``name``'s results: q's for o, each array's own, float32 for lse."""
+    q, k, v = (a.dtype for a in args[:3])
+    return {"d": [q, k, v], "g": [q, jnp.float32], "p": [q, k, v, q, jnp.float32]}[_returns(name)]
 
 
 def _bind(
@@ -186,8 +220,21 @@ def _along_primal(
         )
     fn = xla.PASSES[name]
     linear = [x for slot in _PASS_SLOTS[name] for x in groups[slot]]
-    _, out = jax.jvp(lambda *p: fn(*p, mask, *linear, config=config), tuple(primal), tuple(dot))
-    return list(out)
+
+    def jvp_of_pass(config: Config) -> Impl:
+        def run(*args: jax.Array) -> tuple[jax.Array, ...]:
+            p, lin, d = args[:5], args[6 : 6 + len(linear)], args[6 + len(linear) :]
+            _, out = jax.jvp(lambda *p: fn(*p, args[5], *lin, config=config), tuple(p), tuple(d))
+            return tuple(out)
+
+        return run
+
+    args = (*primal, mask, *linear, *dot)
+    if config.ring is None:
+        return list(jvp_of_pass(config)(*args))
+    key_args = _key_args(name, extra=("p",))
+    dtypes = _result_dtypes(name, args)
+    return list(ring.linear(jvp_of_pass, config, args, key_args, _key_results(name), dtypes))
 
 
 def _linear_pass_jvp(name: str) -> Callable[..., Any]:

@@ -1,22 +1,25 @@
 """Sequence parallelism: attention whose token axis is split over mesh axes.
 
-    in_shard_map(q, k, v, key_mask, axes, **options)   inside shard_map, tokens over ``axes``
-    explicit(q, k, v, key_mask, **options)             explicit axes with the token axis sharded
+    in_shard_map(q, k, v, key_mask, axes, *, scheme, layout, **options)   inside shard_map
+    explicit(q, k, v, key_mask, *, scheme, layout, **options)   explicit axes, tokens sharded
 
-Each device keeps its own queries and gathers every device's keys, values and key mask along
-the token axis (an all-gather of k and v, as context parallelism does); nothing else is
-gathered. The gather is differentiable to every order (its transpose is a reduce-scatter), and
-the per-device attention is ``padded.attend``, so every derivative stays that of attention on
-one device.
+Two schemes, each exact to every order:
 
-Causal masking: softmax does not depend on the order of the keys, so each device rolls the
-gathered keys until its own shard is last. Its queries then sit at the static offset T - T_local
-among them (the kernels' causal block skipping needs a static offset), the earlier shards'
-keys are all visible, and the later shards' keys are masked out through the key mask.
+* ``"ring"`` (the default): every pass runs as n steps that pass the key and value blocks around
+  the devices (``fastgp._attention.ring``); a device holds its own tokens and at most two key
+  blocks in flight, so attention's memory per device falls as 1/n. The tokens' ``layout`` is
+  "contiguous" or, for causal masking with the work balanced, "zigzag" (``to_zigzag``).
+* ``"all-gather"``: each device keeps its own queries and gathers every device's keys, values
+  and key mask along the token axis (as context parallelism does). The gather is differentiable
+  to every order (its transpose is a reduce-scatter), and the per-device attention is
+  ``padded.attend``. Causal masking: softmax does not depend on the order of the keys, so each
+  device rolls the gathered keys until its own shard is last; its queries then sit at the static
+  offset T - T_local among them, the earlier shards' keys are all visible, and the later shards'
+  keys are masked out through the key mask. Contiguous layout only.
 """
 
 from collections.abc import Sequence
-from typing import TypedDict, Unpack
+from typing import Literal, TypedDict, Unpack
 
 import jax
 import jax.numpy as jnp
@@ -25,10 +28,14 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fastgp._attention.padded import attend
+from fastgp._attention.ring import LAYOUTS, Layout, Ring
 from fastgp._attention.sharding import check_vma_for
 from fastgp._sharding import axes_of, mesh_of, spec_of
 from fastgp._typing import Backend
 from fastgp.distributed import varying_axes
+
+Scheme = Literal["ring", "all-gather"]
+SCHEMES: tuple[Scheme, ...] = ("ring", "all-gather")
 
 
 class Options(TypedDict):
@@ -79,27 +86,60 @@ def in_shard_map(
     axes: tuple[str, ...],
     *,
     causal: bool,
+    scheme: Scheme = "ring",
+    layout: Layout = "contiguous",
     **options: Unpack[Options],
 ) -> jax.Array:
     """Inside shard_map: q, k, v (B, T_local, H, D) and key_mask (B, T_local) or None are this
-    device's slice of the tokens, split over ``axes``; returns this device's (B, T_local, H, Dv)."""
+    device's slice of the tokens, split over ``axes`` (in ``layout``); returns this device's
+    (B, T_local, H, Dv). ``scheme``: "ring" or "all-gather" (see the module)."""
     arrays = [("q", q), ("k", k), ("v", v)]
-    _refuse_generic_interpret(options["backend"], q)
     _check_varying([*arrays, *([("the key mask", key_mask)] if key_mask is not None else [])], axes)
-    k_all, v_all = _gathered(k, axes), _gathered(v, axes)
+    axis = axes if len(axes) > 1 else axes[0]
+    _check_layout(q, k, causal, scheme, layout, lax.axis_size(axis))
     if key_mask is None:
-        mask_all = jnp.ones((k.shape[0], k_all.shape[1]), bool)
-    else:
-        mask_all = _gathered(key_mask, axes)
+        key_mask = jnp.ones(k.shape[:2], bool)
+    if scheme == "ring":
+        ring = Ring(axes, lax.axis_size(axis), layout if causal else "contiguous")
+        return attend(q, k, v, key_mask, causal=causal, ring=ring, **options)
+    _refuse_generic_interpret(options["backend"], q)
+    k_all, v_all, mask_all = (_gathered(x, axes) for x in (k, v, key_mask))
     if not causal:
         return attend(q, k_all, v_all, mask_all, causal=False, **options)
     t_local, t_all = q.shape[1], k_all.shape[1]
-    index = lax.axis_index(axes if len(axes) > 1 else axes[0])
+    index = lax.axis_index(axis)
     position = jnp.arange(t_all)
     mask_all = mask_all & (position < (index + 1) * t_local)[None]  # later shards hidden
     shift = t_all - (index + 1) * t_local  # the own shard moves to the end
     k_all, v_all, mask_all = (jnp.roll(x, shift, axis=1) for x in (k_all, v_all, mask_all))
     return attend(q, k_all, v_all, mask_all, causal=True, q_offset=t_all - t_local, **options)
+
+
+def _check_layout(
+    q: jax.Array, k: jax.Array, causal: bool, scheme: str, layout: str, shards: int
+) -> None:
+    """The scheme and layout are known, and the local token counts suit them."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"fastgp.attention: sequence_parallel={scheme!r} is not one of {SCHEMES}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"fastgp.attention: sequence_layout={layout!r} is not one of {LAYOUTS}")
+    if causal and q.shape[1] != k.shape[1]:
+        raise ValueError(
+            f"fastgp.attention(is_causal=True, sample_axis_name=...): each device must hold as "
+            f"many queries as keys, got {q.shape[1]} and {k.shape[1]}"
+        )
+    if layout == "zigzag" and causal:
+        if scheme != "ring":
+            raise ValueError(
+                "fastgp.attention: sequence_layout='zigzag' runs on the ring; pass "
+                "sequence_parallel='ring' or the contiguous layout"
+            )
+        if q.shape[1] % 2:
+            raise ValueError(
+                f"fastgp.attention(sequence_layout='zigzag'): each device holds two chunks of the "
+                f"sequence, so its token count must be even, got {q.shape[1]} (the sequence "
+                f"length must be a multiple of 2 x {shards} devices)"
+            )
 
 
 def token_axes(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[str, ...]:
@@ -128,6 +168,8 @@ def explicit(
     key_mask: jax.Array | None,
     *,
     causal: bool,
+    scheme: Scheme = "ring",
+    layout: Layout = "contiguous",
     **options: Unpack[Options],
 ) -> jax.Array:
     """Explicit axes, q's token axis sharded: a shard_map over the arrays' mesh, batch and heads
@@ -143,7 +185,17 @@ def explicit(
     )
 
     def local(q: jax.Array, k: jax.Array, v: jax.Array, *mask: jax.Array) -> jax.Array:
-        return in_shard_map(q, k, v, mask[0] if mask else None, axes, causal=causal, **options)
+        return in_shard_map(
+            q,
+            k,
+            v,
+            mask[0] if mask else None,
+            axes,
+            causal=causal,
+            scheme=scheme,
+            layout=layout,
+            **options,
+        )
 
     in_specs = tuple(specs) + ((mask_spec,) if key_mask is not None else ())
     if key_mask is not None:
@@ -158,4 +210,4 @@ def explicit(
     return run(*args)
 
 
-__all__ = ["explicit", "in_shard_map", "token_axes"]
+__all__ = ["SCHEMES", "Scheme", "explicit", "in_shard_map", "token_axes"]

@@ -39,10 +39,15 @@ def seq_mesh():
     return jax.make_mesh((4,), ("seq",), axis_types=(AxisType.Auto,))
 
 
-def in_shard_map(mask, causal, backend, check_vma=True):
-    """(q, k, v) -> attention with the tokens split over "seq" inside shard_map."""
+def in_shard_map(mask, causal, backend, check_vma=True, scheme="ring", layout="contiguous"):
+    """(q, k, v) -> attention with the tokens split over "seq" inside shard_map, by ``scheme``;
+    with the zigzag ``layout`` the tokens (and the mask) are put in its order before the split and
+    the outputs back after, so the function is the same attention."""
     mesh = seq_mesh()
-    extra = () if mask is None else (mask,)
+    zigzag = layout == "zigzag"
+    order = (lambda x: fastgp.to_zigzag(x, 4)) if zigzag else (lambda x: x)
+    restore = (lambda x: fastgp.from_zigzag(x, 4)) if zigzag else (lambda x: x)
+    extra = () if mask is None else (order(mask),)
 
     def local(q, k, v, *m):
         return fastgp.attention(
@@ -53,14 +58,20 @@ def in_shard_map(mask, causal, backend, check_vma=True):
             is_causal=causal,
             backend=backend,
             sample_axis_name="seq",
+            sequence_parallel=scheme,
+            sequence_layout=layout,
         )
 
     def fn(q, k, v):
         specs = (SEQ,) * (3 + len(extra))
         run = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=SEQ, check_vma=check_vma)
-        return run(q, k, v, *extra)
+        return restore(run(order(q), order(k), order(v), *extra))
 
     return fn
+
+
+# (scheme, layout): the ring in both layouts, and the all-gather
+SPLITS = [("ring", "contiguous"), ("ring", "zigzag"), ("all-gather", "contiguous")]
 
 
 def naive(mask, causal):
@@ -84,20 +95,26 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("split", SPLITS, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_every_derivative_with_the_tokens_split_in_shard_map(case):
+def test_every_derivative_with_the_tokens_split_in_shard_map(case, split):
     b, t, h, d, causal, padding = case
     args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
-    ours = in_shard_map(mask, causal, "xla")
+    ours = in_shard_map(mask, causal, "xla", scheme=split[0], layout=split[1])
     assert_same_derivatives(ours, naive(mask, causal), args, tangents)
 
 
-def test_causal_with_several_query_blocks_per_shard():
-    """520 queries a shard: two blocks of the XLA loop, each shard at its own causal offset."""
+@pytest.mark.parametrize("split", SPLITS, ids=str)
+def test_causal_with_several_query_blocks_per_shard(split):
+    """520 queries a shard: two blocks of the XLA loop (the zigzag's chunks of 260: one block
+    each), each shard at its own causal offset."""
     args, mask, tangents = inputs(1, 4 * 520, 4 * 520, 1, 8, padding=True)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
-    fn, oracle = in_shard_map(mask, True, "xla"), naive(mask, True)
+    fn, oracle = (
+        in_shard_map(mask, True, "xla", scheme=split[0], layout=split[1]),
+        naive(mask, True),
+    )
     assert rel_err(jax.jit(fn)(*args), oracle(*args)) < RTOL
     ct = jnp.cos(oracle(*args))
     got = jax.jit(lambda *a: jax.vjp(fn, *a)[1](ct))(*args)
@@ -106,31 +123,48 @@ def test_causal_with_several_query_blocks_per_shard():
     assert rel_err(got, jax.jvp(oracle, args, tangents)[1]) < RTOL
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_queries_without_a_visible_key_on_the_ring(layout):
+    """The first 12 keys of the sequence masked out and causal: the first queries see no key at
+    all (zeros, as on one device), others see keys of one device's block only, and a whole block
+    hides every key from the queries it reaches (the online softmax must skip it, not average in
+    its zeros). 6 tokens a chunk, so the zigzag's chunks are padded to 8."""
+    args, _, tangents = inputs(2, 48, 48, 2, 8)
+    mask = jnp.ones((2, 48), bool).at[:, :12].set(False)
+    args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
+    ours = in_shard_map(mask, True, "xla", layout=layout)
+    assert_same_derivatives(ours, naive(mask, True), args, tangents)
+
+
 @pytest.mark.parametrize(
-    "case, backend",
-    [(case, "interpret") for case in CASES] + [(CASES[1], "gpu-interpret")],  # causal: offsets
+    "case, backend, split",
+    [(case, "interpret", ("all-gather", "contiguous")) for case in CASES]
+    + [(CASES[1], "interpret", split) for split in SPLITS[:2]]
+    + [(CASES[1], "gpu-interpret", split) for split in SPLITS],  # causal: offsets
     ids=str,
 )
-def test_the_kernels_with_the_tokens_split(case, backend):
+def test_the_kernels_with_the_tokens_split(case, backend, split):
     """Interpret-mode kernels per shard (the TPU family's and the Triton ones), at each shard's
-    causal offset. Generic interpret mode cannot carry manual axis types (JAX 0.10.2), so this
-    shard_map runs with check_vma=False."""
+    causal offset (all-gather) or on each ring step's block. Generic interpret mode cannot carry
+    manual axis types (JAX 0.10.2), so this shard_map runs with check_vma=False."""
     b, t, h, d, causal, padding = case
     args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
-    ours = in_shard_map(mask, causal, backend, check_vma=False)
+    ours = in_shard_map(mask, causal, backend, False, *split)
     assert_same_derivatives(ours, naive(mask, causal), args, tangents)
 
 
+@pytest.mark.parametrize("split", SPLITS, ids=str)
 @pytest.mark.parametrize("backend", ["interpret", "gpu-interpret"])
-def test_the_kernels_with_several_blocks_per_shard(backend, monkeypatch):
+def test_the_kernels_with_several_blocks_per_shard(backend, split, monkeypatch):
     """128 queries a shard in blocks of 64 (the GPU kernels' own; the TPU family's forced down
     from its 128-row minimum): each shard's two query blocks at causal offset 384 among eight key
-    blocks, the keys padded, every derivative against one device's naive attention."""
+    blocks (all-gather), or two blocks a ring step (the zigzag: one a chunk), the keys padded,
+    every derivative against one device's naive attention."""
     monkeypatch.setattr(padded, "_blocks", lambda backend, tq, tk, d, itemsize: (64, 64))
     args, mask, tangents = inputs(1, 4 * 128, 4 * 128, 1, 16, padding=True)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
-    ours = in_shard_map(mask, True, backend, check_vma=False)
+    ours = in_shard_map(mask, True, backend, False, *split)
     assert_same_derivatives(ours, naive(mask, True), args, tangents)
 
 
@@ -179,25 +213,48 @@ def explicit_derivatives(fn, args, tangents):
     }
 
 
-def all_gathers(fn, *args):
-    """The (operand shape, result shape) of every all-gather in ``fn``'s compiled program."""
+def collectives(fn, *args):
+    """{kind: the lines of that collective} in ``fn``'s compiled program."""
     text = jax.jit(fn).lower(*args).compile().as_text() or ""
-    return [line for line in text.splitlines() if " all-gather(" in line]
+    kinds = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        for kind in kinds:
+            if f" {kind}(" in line or f" {kind}-start(" in line:
+                found.setdefault(kind, []).append(line)
+    return found
 
 
-def test_only_keys_values_and_the_mask_are_gathered():
+def test_the_ring_programs_pass_blocks_and_gather_nothing():
+    """The ring's forward, VJP and the R1-style reverse-over-forward program: collective-permutes
+    only (the blocks, and in the VJP their g_k and g_v sums), no all-gather of the tokens."""
+    args, mask, tangents = inputs(2, 64, 64, 2, 16, padding=True)
+    args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
+    fn = in_shard_map(mask, True, "xla")
+    ct = jnp.ones((2, 64, 2, 16))
+    programs = {
+        "forward": fn,
+        "vjp": lambda *a: jax.vjp(fn, *a)[1](ct),
+        "reverse-over-forward": jax.grad(
+            lambda *a: jnp.sum(jax.jvp(fn, a, tangents)[1] ** 2), argnums=(0, 1, 2)
+        ),
+    }
+    for name, program in programs.items():
+        found = collectives(program, *args)
+        assert set(found) == {"collective-permute"}, (name, sorted(found))
+
+
+def test_the_all_gather_gathers_only_keys_values_and_the_mask():
     """The forward gathers k, v and the key mask (3 all-gathers); the VJP adds none: each
     device's g_k and g_v parts are reduce-scattered back to their shards."""
     args, mask, _ = inputs(2, 64, 64, 2, 16, padding=True)
     args = placed(seq_mesh(), SEQ, args)
-    fn = in_shard_map(mask, True, "xla")
-    assert len(all_gathers(fn, *args)) == 3
+    fn = in_shard_map(mask, True, "xla", scheme="all-gather")
+    assert len(collectives(fn, *args)["all-gather"]) == 3
     ct = jnp.ones((2, 64, 2, 16))
-    vjp = lambda *a: jax.vjp(fn, *a)[1](ct)
-    gathers = all_gathers(vjp, *args)
-    assert len(gathers) == 3, gathers
-    text = jax.jit(vjp).lower(*args).compile().as_text() or ""
-    assert "reduce-scatter" in text or "all-reduce" in text
+    found = collectives(lambda *a: jax.vjp(fn, *a)[1](ct), *args)
+    assert len(found["all-gather"]) == 3, found["all-gather"]
+    assert "reduce-scatter" in found or "all-reduce" in found
 
 
 def test_refusals_name_the_problem():

@@ -1,0 +1,245 @@
+"""Ring sequence parallelism: each attention pass as n steps over the devices' key blocks.
+
+    Ring(axes, size, layout, chunk)                         a ``Config`` field
+    forward(block_impl, config, q, k, v, mask)              -> (o, lse)
+    linear(block_impl, config, args, key_args, key_results) -> a linear pass's results
+
+Each of the n devices on the mesh ``axes`` holds a slice of the tokens. Its query-side arrays (q,
+o, lse and the tangents and cotangents shaped like them) stay where they are; its key-side arrays
+(k, v, the key mask and the tangents shaped like k and v) travel around the ring by ``ppermute``,
+one hop per step. At each step a device runs the one-device pass (``block_impl(config)``: the XLA
+loops or a kernel) on its queries against the block it holds, while the next block is in flight.
+
+Every pass after the forward reads P from the saved o and lse of the whole sequence, so it is a
+sum over key blocks: its query-side results add up over the steps, and its key-side results (g_k,
+g_v, ...) are accumulated beside the block they belong to, travel with it and arrive home one hop
+after the last step. The forward combines the blocks' (o, lse) by the online softmax. So each pass
+computes what it computes on one device, the derivative rules (``fastgp._attention.rules``) are
+the one-device rules, and no device holds more than two key blocks. Sums run in float32.
+
+Causal masking, with the block from device ``src`` = i - s (mod n) at step s on device i:
+
+* ``"contiguous"`` (device i holds tokens [i T, (i + 1) T)): at s = 0 the block is causal among
+  the device's own tokens; after that it is visible when src < i and masked out when src > i (no
+  step is skipped: device n - 1 sees every block, and the others wait for it);
+* ``"zigzag"`` (the sequence in 2n chunks of ``chunk`` tokens; device i holds chunks i and
+  2n - 1 - i): at s = 0 causal among its own tokens; after that, when src < i every query sees the
+  block's first chunk only, and when src > i the device's second chunk sees the whole block. Each
+  step after the first is half a block pair on every device: the load is balanced.
+"""
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+Layout = Literal["contiguous", "zigzag"]
+LAYOUTS: tuple[Layout, ...] = ("contiguous", "zigzag")
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Ring:
+    """The mesh ``axes`` the tokens are split over, their ``size`` (devices), the ``layout`` of
+    the tokens, and for ``"zigzag"`` the padded length of one chunk (half the local tokens)."""
+
+    axes: tuple[str, ...]
+    size: int
+    layout: Layout = "contiguous"
+    chunk: int = 0
+
+
+BlockImpl = Callable[[Any], Callable[..., Sequence[jax.Array]]]
+
+
+def _axis(ring: Ring) -> Any:
+    return ring.axes if len(ring.axes) > 1 else ring.axes[0]
+
+
+def _token_axis(x: jax.Array) -> int:
+    """The token axis: 2 of a bhtd array or of lse (B, H, T), 1 of the key mask (B, T)."""
+    return 2 if x.ndim >= 3 else 1
+
+
+def _slice(x: jax.Array, start: int, stop: int) -> jax.Array:
+    return lax.slice_in_dim(x, start, stop, axis=_token_axis(x))
+
+
+def _pad(x: jax.Array, before: int, after: int) -> jax.Array:
+    pads = [(0, 0)] * x.ndim
+    pads[_token_axis(x)] = (before, after)
+    return jnp.pad(x, pads)
+
+
+def _send(xs: Sequence[jax.Array], ring: Ring) -> list[jax.Array]:
+    """Every array one hop along the ring: device i's to device i + 1 (mod n)."""
+    perm = [(j, (j + 1) % ring.size) for j in range(ring.size)]
+    return [lax.ppermute(x, _axis(ring), perm) for x in xs]
+
+
+def _hide(mask: jax.Array, visible: Any) -> jax.Array:
+    """The key mask with every key hidden unless ``visible`` (a traced bool)."""
+    return jnp.logical_and(mask, visible).astype(mask.dtype)
+
+
+class _Step:
+    """One ring step's call of the one-device pass on (query-side, key-side) arrays, by layout.
+
+    ``args`` are the pass's arguments in order, ``key_args`` the positions of the key-side ones
+    (``mask_at`` that of the key mask), ``key_results`` those of the key-side results."""
+
+    def __init__(
+        self,
+        block_impl: BlockImpl,
+        config: Any,
+        key_args: frozenset[int],
+        key_results: frozenset[int],
+        mask_at: int,
+    ) -> None:
+        self.block_impl, self.config = block_impl, config
+        self.key_args, self.key_results, self.mask_at = key_args, key_results, mask_at
+
+    def _run(self, args: Sequence[jax.Array], causal: bool) -> list[jax.Array]:
+        config = dataclasses.replace(self.config, ring=None, causal=causal, q_offset=0)
+        return [
+            r.astype(F32) if jnp.issubdtype(r.dtype, jnp.floating) else r
+            for r in self.block_impl(config)(*args)
+        ]
+
+    def own(self, args: Sequence[jax.Array]) -> list[jax.Array]:
+        """Step 0: the device's own block, causal among its own tokens when causal."""
+        return self._run(args, self.config.causal)
+
+    def visible_or_hidden(self, args: Sequence[jax.Array], visible: Any) -> list[jax.Array]:
+        """A contiguous layout's later step: the whole block, its keys hidden unless visible."""
+        args = list(args)
+        args[self.mask_at] = _hide(args[self.mask_at], visible)
+        return self._run(args, False)
+
+    def first_chunk_or_last_queries(
+        self, args: Sequence[jax.Array], first_chunk: Any
+    ) -> list[jax.Array]:
+        """A zigzag layout's later step: every query against the block's first chunk, or the
+        device's second chunk of queries against the whole block."""
+        chunk = self.config.ring.chunk
+
+        def keys_first_chunk(*args: jax.Array) -> list[jax.Array]:
+            cut = [_slice(x, 0, chunk) if i in self.key_args else x for i, x in enumerate(args)]
+            out = self._run(cut, False)
+            return [_pad(r, 0, chunk) if i in self.key_results else r for i, r in enumerate(out)]
+
+        def last_queries(*args: jax.Array) -> list[jax.Array]:
+            cut = [
+                x if i in self.key_args else _slice(x, chunk, 2 * chunk) for i, x in enumerate(args)
+            ]
+            out = self._run(cut, False)
+            return [r if i in self.key_results else _pad(r, chunk, 0) for i, r in enumerate(out)]
+
+        return lax.cond(first_chunk, keys_first_chunk, last_queries, *args)
+
+    def later(self, args: Sequence[jax.Array], step: int, index: Any) -> list[jax.Array]:
+        """Step ``step`` > 0 on device ``index``, holding the block of device index - step."""
+        if not self.config.causal:
+            return self._run(args, False)
+        earlier = step <= index  # the block's source precedes this device, without wrapping
+        if self.config.ring.layout == "zigzag":
+            return self.first_chunk_or_last_queries(args, earlier)
+        return self.visible_or_hidden(args, earlier)
+
+
+def _rows_seeing_keys(config: Any, mask: jax.Array, step: int, index: Any, tq: int) -> jax.Array:
+    """(B, Tq) bool: the local queries with a visible key in the block held at ``step``."""
+    ring = config.ring
+    any_key = jnp.any(mask.astype(bool), axis=1, keepdims=True)
+    if not config.causal:
+        return jnp.broadcast_to(any_key, (mask.shape[0], tq))
+    if step == 0:
+        return (jnp.cumsum(mask.astype(jnp.int32), axis=1) > 0)[:, :tq]
+    earlier = step <= index
+    if ring.layout == "zigzag":
+        first = jnp.any(mask[:, : ring.chunk].astype(bool), axis=1, keepdims=True)
+        rows = jnp.arange(tq) >= ring.chunk
+        return jnp.where(earlier, first, any_key & rows[None])
+    return jnp.broadcast_to(any_key & earlier, (mask.shape[0], tq))
+
+
+def forward(
+    block_impl: BlockImpl,
+    config: Any,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """(o in q's dtype, lse float32) of the whole sequence for the local queries: each step's
+    (o, lse) combined by the online softmax (a row with no visible key anywhere: o 0, lse 0)."""
+    ring = config.ring
+    step_fn = _Step(block_impl, config, frozenset({1, 2, 3}), frozenset(), 3)
+    index = lax.axis_index(_axis(ring))
+    lse_acc = jnp.full(q.shape[:3], -jnp.inf, F32)
+    o_acc = jnp.zeros((*q.shape[:3], v.shape[3]), F32)
+    keys = [k, v, mask]
+    for step in range(ring.size):
+        in_flight = _send(keys, ring) if step < ring.size - 1 else keys
+        args = [q, *keys]
+        o, lse = step_fn.own(args) if step == 0 else step_fn.later(args, step, index)
+        seen = _rows_seeing_keys(config, keys[2], step, index, q.shape[2])[:, None, :]
+        lse = jnp.where(seen, lse, -jnp.inf)
+        new = jnp.logaddexp(lse_acc, lse)
+        finite = jnp.isfinite(new)
+        o_acc = jnp.where(
+            finite[..., None],
+            o_acc * jnp.exp(jnp.where(finite, lse_acc - new, 0.0))[..., None]
+            + o * jnp.exp(jnp.where(finite, lse - new, 0.0))[..., None],
+            0.0,
+        )
+        lse_acc = new
+        keys = in_flight
+    lse_out = jnp.where(jnp.isfinite(lse_acc), lse_acc, 0.0)
+    return o_acc.astype(q.dtype), lse_out
+
+
+def linear(
+    block_impl: BlockImpl,
+    config: Any,
+    args: Sequence[jax.Array],
+    key_args: frozenset[int],
+    key_results: frozenset[int],
+    out_dtypes: Sequence[Any],
+) -> tuple[jax.Array, ...]:
+    """A pass that is a sum over key blocks (see the module) over the ring: ``args`` its
+    arguments, ``key_args`` / ``key_results`` the positions of the key-side ones (the key mask at
+    position 5), ``out_dtypes`` its results' dtypes."""
+    ring = config.ring
+    step_fn = _Step(block_impl, config, key_args, key_results, 5)
+    index = lax.axis_index(_axis(ring))
+    fixed = {i: x for i, x in enumerate(args) if i not in key_args}
+    travelling = [i for i in range(len(args)) if i in key_args]
+    keys = [args[i] for i in travelling]
+    query_sums: list[jax.Array] | None = None
+    key_sums: list[jax.Array] | None = None
+    for step in range(ring.size):
+        in_flight = _send(keys, ring) if step < ring.size - 1 else keys
+        held = dict(zip(travelling, keys, strict=True))
+        step_args = [fixed[i] if i in fixed else held[i] for i in range(len(args))]
+        out = step_fn.own(step_args) if step == 0 else step_fn.later(step_args, step, index)
+        on_queries = [r for i, r in enumerate(out) if i not in key_results]
+        on_keys = [r for i, r in enumerate(out) if i in key_results]
+        query_sums = on_queries if query_sums is None else _add(query_sums, on_queries)
+        key_sums = on_keys if key_sums is None else _add(key_sums, on_keys)
+        key_sums = _send(key_sums, ring)  # with the block it belongs to; home after the last step
+        keys = in_flight
+    assert query_sums is not None and key_sums is not None
+    by_query, by_key = iter(query_sums), iter(key_sums)
+    results = [next(by_key) if i in key_results else next(by_query) for i in range(len(out_dtypes))]
+    return tuple(r.astype(dtype) for r, dtype in zip(results, out_dtypes, strict=True))
+
+
+def _add(a: Sequence[jax.Array], b: Sequence[jax.Array]) -> list[jax.Array]:
+    return [x + y for x, y in zip(a, b, strict=True)]
+
+
+__all__ = ["LAYOUTS", "Layout", "Ring", "forward", "linear"]
