@@ -150,13 +150,19 @@ class _Step:
         return self.visible_or_hidden(args, earlier)
 
 
-def _rows_seeing_keys(config: Any, mask: jax.Array, step: int, index: Any, tq: int) -> jax.Array:
-    """(B, Tq) bool: the local queries with a visible key in the block held at ``step``."""
+def _is_own(step: Any) -> bool:
+    """Whether ``step`` (a Python int, or traced inside the loop) is step 0: the own block."""
+    return isinstance(step, int) and step == 0
+
+
+def _rows_seeing_keys(config: Any, mask: jax.Array, step: Any, index: Any, tq: int) -> jax.Array:
+    """(B, Tq) bool: the local queries with a visible key in the block held at ``step`` (the
+    Python int 0 for the device's own block, else traced)."""
     ring = config.ring
     any_key = jnp.any(mask.astype(bool), axis=1, keepdims=True)
     if not config.causal:
         return jnp.broadcast_to(any_key, (mask.shape[0], tq))
-    if step == 0:
+    if _is_own(step):
         return (jnp.cumsum(mask.astype(jnp.int32), axis=1) > 0)[:, :tq]
     earlier = step <= index
     if ring.layout == "zigzag":
@@ -164,6 +170,23 @@ def _rows_seeing_keys(config: Any, mask: jax.Array, step: int, index: Any, tq: i
         rows = jnp.arange(tq) >= ring.chunk
         return jnp.where(earlier, first, any_key & rows[None])
     return jnp.broadcast_to(any_key & earlier, (mask.shape[0], tq))
+
+
+def _circle(ring: Ring, own: list[jax.Array], state: Any, visit: Callable[..., Any]) -> Any:
+    """Steps 1 to n - 1 after step 0's ``state``: each passes the block it holds on to the next
+    device while ``visit(step, block, state) -> state`` works on it, in a loop (so that a device
+    holds two blocks at a time whatever n is)."""
+    if ring.size == 1:
+        return state
+    held = _send(own, ring)
+
+    def body(step: Any, carry: Any) -> Any:
+        held, state = carry
+        return _send(held, ring), visit(step, held, state)
+
+    if ring.size > 2:
+        held, state = lax.fori_loop(1, ring.size - 1, body, (held, state))
+    return visit(ring.size - 1, held, state)
 
 
 def forward(
@@ -176,30 +199,28 @@ def forward(
 ) -> tuple[jax.Array, jax.Array]:
     """(o in q's dtype, lse float32) of the whole sequence for the local queries: each step's
     (o, lse) combined by the online softmax (a row with no visible key anywhere: o 0, lse 0)."""
-    ring = config.ring
     step_fn = _Step(block_impl, config, frozenset({1, 2, 3}), frozenset(), 3)
-    index = lax.axis_index(_axis(ring))
-    lse_acc = jnp.full(q.shape[:3], -jnp.inf, F32)
-    o_acc = jnp.zeros((*q.shape[:3], v.shape[3]), F32)
-    keys = [k, v, mask]
-    for step in range(ring.size):
-        in_flight = _send(keys, ring) if step < ring.size - 1 else keys
+    index = lax.axis_index(_axis(config.ring))
+
+    def visit(step: Any, keys: list[jax.Array], state: Any) -> Any:
+        o_acc, lse_acc = state
         args = [q, *keys]
-        o, lse = step_fn.own(args) if step == 0 else step_fn.later(args, step, index)
+        o, lse = step_fn.own(args) if _is_own(step) else step_fn.later(args, step, index)
         seen = _rows_seeing_keys(config, keys[2], step, index, q.shape[2])[:, None, :]
         lse = jnp.where(seen, lse, -jnp.inf)
         new = jnp.logaddexp(lse_acc, lse)
         finite = jnp.isfinite(new)
-        o_acc = jnp.where(
-            finite[..., None],
-            o_acc * jnp.exp(jnp.where(finite, lse_acc - new, 0.0))[..., None]
-            + o * jnp.exp(jnp.where(finite, lse - new, 0.0))[..., None],
-            0.0,
-        )
-        lse_acc = new
-        keys = in_flight
-    lse_out = jnp.where(jnp.isfinite(lse_acc), lse_acc, 0.0)
-    return o_acc.astype(q.dtype), lse_out
+        rescale = lambda x: jnp.exp(jnp.where(finite, x - new, 0.0))[..., None]
+        o_acc = jnp.where(finite[..., None], o_acc * rescale(lse_acc) + o * rescale(lse), 0.0)
+        return o_acc, new
+
+    start = (
+        jnp.zeros((*q.shape[:3], v.shape[3]), F32),
+        jnp.full(q.shape[:3], -jnp.inf, F32),
+    )
+    own = [k, v, mask]
+    o_acc, lse_acc = _circle(config.ring, own, visit(0, own, start), visit)
+    return o_acc.astype(q.dtype), jnp.where(jnp.isfinite(lse_acc), lse_acc, 0.0)
 
 
 def linear(
@@ -216,23 +237,25 @@ def linear(
     ring = config.ring
     step_fn = _Step(block_impl, config, key_args, key_results, 5)
     index = lax.axis_index(_axis(ring))
-    fixed = {i: x for i, x in enumerate(args) if i not in key_args}
     travelling = [i for i in range(len(args)) if i in key_args]
-    keys = [args[i] for i in travelling]
-    query_sums: list[jax.Array] | None = None
-    key_sums: list[jax.Array] | None = None
-    for step in range(ring.size):
-        in_flight = _send(keys, ring) if step < ring.size - 1 else keys
+
+    def visit(step: Any, keys: list[jax.Array], state: Any) -> Any:
         held = dict(zip(travelling, keys, strict=True))
-        step_args = [fixed[i] if i in fixed else held[i] for i in range(len(args))]
-        out = step_fn.own(step_args) if step == 0 else step_fn.later(step_args, step, index)
+        step_args = [held.get(i, x) for i, x in enumerate(args)]
+        own = _is_own(step)
+        out = step_fn.own(step_args) if own else step_fn.later(step_args, step, index)
         on_queries = [r for i, r in enumerate(out) if i not in key_results]
         on_keys = [r for i, r in enumerate(out) if i in key_results]
-        query_sums = on_queries if query_sums is None else _add(query_sums, on_queries)
-        key_sums = on_keys if key_sums is None else _add(key_sums, on_keys)
-        key_sums = _send(key_sums, ring)  # with the block it belongs to; home after the last step
-        keys = in_flight
-    assert query_sums is not None and key_sums is not None
+        if state is None:
+            return on_queries, on_keys
+        query_sums, key_sums = state
+        # the sums of the block held a step ago, moved on with it to this device
+        key_sums = _send(key_sums, ring)
+        return _add(query_sums, on_queries), _add(key_sums, on_keys)
+
+    keys = [args[i] for i in travelling]
+    query_sums, key_sums = _circle(ring, keys, visit(0, keys, None), visit)
+    key_sums = _send(key_sums, ring)  # home: each block's sums to the device it came from
     by_query, by_key = iter(query_sums), iter(key_sums)
     results = [next(by_key) if i in key_results else next(by_query) for i in range(len(out_dtypes))]
     return tuple(r.astype(dtype) for r, dtype in zip(results, out_dtypes, strict=True))

@@ -67,14 +67,14 @@ def _check_varying(arrays: Sequence[tuple[str, jax.Array]], axes: tuple[str, ...
 
 
 def _refuse_generic_interpret(backend: str, q: jax.Array) -> None:
-    """Generic interpret mode on gathered keys inside ``shard_map(check_vma=True)``: a fastgp
-    error where JAX 0.10.2's interpreter mixes manual axis types and fails."""
+    """Generic interpret mode on split tokens inside ``shard_map(check_vma=True)``: a fastgp
+    error where JAX 0.10.2's interpreter mixes manual axis types and fails (ring or gather)."""
     if backend == "interpret" and varying_axes(q):
         raise ValueError(
             "fastgp.attention(backend='interpret', sample_axis_name=...) cannot run inside "
             "shard_map(check_vma=True): Pallas's interpret mode mixes manual axis types on the "
-            "gathered keys (JAX 0.10.2). Run that shard_map with check_vma=False, or use "
-            "backend='xla'."
+            "keys of other devices (JAX 0.10.2). Run that shard_map with check_vma=False, or "
+            "use backend='xla'."
         )
 
 
@@ -95,6 +95,7 @@ def in_shard_map(
     (B, T_local, H, Dv). ``scheme``: "ring" or "all-gather" (see the module)."""
     arrays = [("q", q), ("k", k), ("v", v)]
     _check_varying([*arrays, *([("the key mask", key_mask)] if key_mask is not None else [])], axes)
+    _refuse_generic_interpret(options["backend"], q)
     axis = axes if len(axes) > 1 else axes[0]
     _check_layout(q, k, causal, scheme, layout, lax.axis_size(axis))
     if key_mask is None:
@@ -102,7 +103,6 @@ def in_shard_map(
     if scheme == "ring":
         ring = Ring(axes, lax.axis_size(axis), layout if causal else "contiguous")
         return attend(q, k, v, key_mask, causal=causal, ring=ring, **options)
-    _refuse_generic_interpret(options["backend"], q)
     k_all, v_all, mask_all = (_gathered(x, axes) for x in (k, v, key_mask))
     if not causal:
         return attend(q, k_all, v_all, mask_all, causal=False, **options)

@@ -208,10 +208,12 @@ def test_head_dims_that_are_not_powers_of_two_are_padded_for_the_kernels():
         assert rel_err(got[name], want[name]) < RTOL, name
 
 
-def test_auto_on_a_gpu_runs_the_kernels_per_shard_with_the_tokens_split(monkeypatch):
+@pytest.mark.parametrize("scheme", ["ring", "all-gather"])
+def test_auto_on_a_gpu_runs_the_kernels_per_shard_with_the_tokens_split(scheme, monkeypatch):
     """Traced for CUDA, ``backend="auto"`` inside shard_map with the tokens split over "seq":
-    the reverse-over-forward derivative a penalty takes is Triton calls per shard beside the
-    key/value gathers, with no XLA loop over score tiles."""
+    the reverse-over-forward derivative a penalty takes is Triton calls per shard, with the key
+    and value blocks passed around the ring (collective-permutes, no gather) or gathered (and no
+    XLA loop over score tiles)."""
     monkeypatch.setattr(backends, "platform", lambda: "cuda")
     mesh = jax.make_mesh(
         (2, 2), ("data", "seq"), devices=jax.devices()[:4], axis_types=(AxisType.Auto,) * 2
@@ -219,7 +221,9 @@ def test_auto_on_a_gpu_runs_the_kernels_per_shard_with_the_tokens_split(monkeypa
     spec = P("data", "seq")
 
     def local(q, k, v):
-        return fastgp.attention(q, k, v, is_causal=True, sample_axis_name="seq")
+        return fastgp.attention(
+            q, k, v, is_causal=True, sample_axis_name="seq", sequence_parallel=scheme
+        )
 
     fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
     loss = lambda *a: jnp.sum(jnp.sin(jax.jvp(fn, a, a)[1]))
@@ -228,5 +232,8 @@ def test_auto_on_a_gpu_runs_the_kernels_per_shard_with_the_tokens_split(monkeypa
     text = jax.export.export(step, platforms=["cuda"], disabled_checks=[TRITON])(s, s, s)
     text = text.mlir_module()
     assert text.count("__gpu$xla.gpu.triton") >= 4
-    assert "stablehlo.while" not in text
-    assert "all_gather" in text
+    if scheme == "ring":
+        assert "collective_permute" in text and "all_gather" not in text
+    else:
+        assert "stablehlo.while" not in text
+        assert "all_gather" in text

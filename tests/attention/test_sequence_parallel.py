@@ -138,9 +138,11 @@ def test_queries_without_a_visible_key_on_the_ring(layout):
 
 @pytest.mark.parametrize(
     "case, backend, split",
-    [(case, "interpret", ("all-gather", "contiguous")) for case in CASES]
-    + [(CASES[1], "interpret", split) for split in SPLITS[:2]]
-    + [(CASES[1], "gpu-interpret", split) for split in SPLITS],  # causal: offsets
+    [
+        (CASES[0], "interpret", SPLITS[0]),
+        (CASES[1], "interpret", SPLITS[2]),  # causal: the all-gather's offsets
+        (CASES[1], "gpu-interpret", SPLITS[2]),
+    ],
     ids=str,
 )
 def test_the_kernels_with_the_tokens_split(case, backend, split):
@@ -154,8 +156,11 @@ def test_the_kernels_with_the_tokens_split(case, backend, split):
     assert_same_derivatives(ours, naive(mask, causal), args, tangents)
 
 
-@pytest.mark.parametrize("split", SPLITS, ids=str)
-@pytest.mark.parametrize("backend", ["interpret", "gpu-interpret"])
+@pytest.mark.parametrize(
+    "backend, split",
+    [("interpret", split) for split in SPLITS] + [("gpu-interpret", s) for s in SPLITS[1:]],
+    ids=str,
+)
 def test_the_kernels_with_several_blocks_per_shard(backend, split, monkeypatch):
     """128 queries a shard in blocks of 64 (the GPU kernels' own; the TPU family's forced down
     from its 128-row minimum): each shard's two query blocks at causal offset 384 among eight key
@@ -264,10 +269,40 @@ def test_refusals_name_the_problem():
     run = jax.shard_map(replicated_k, mesh=mesh, in_specs=(SEQ, P(), P()), out_specs=SEQ)
     with pytest.raises(ValueError, match="k is the same on every device"):
         jax.jit(run)(*args)
-    kernel = lambda q, k, v: fastgp.attention(q, k, v, backend="interpret", sample_axis_name="seq")
-    run = jax.shard_map(kernel, mesh=mesh, in_specs=(SEQ,) * 3, out_specs=SEQ)
-    with pytest.raises(ValueError, match="check_vma=False"):
-        jax.jit(run)(*placed(mesh, SEQ, args))
+    for scheme in ("ring", "all-gather"):
+        kernel = lambda q, k, v: fastgp.attention(
+            q, k, v, backend="interpret", sample_axis_name="seq", sequence_parallel=scheme
+        )
+        run = jax.shard_map(kernel, mesh=mesh, in_specs=(SEQ,) * 3, out_specs=SEQ)
+        with pytest.raises(ValueError, match="fastgp.attention.*check_vma=False"):
+            jax.jit(run)(*placed(mesh, SEQ, args))
+    split = lambda scheme, layout, t=16: jax.shard_map(
+        lambda q, k, v: fastgp.attention(
+            q,
+            k,
+            v,
+            is_causal=True,
+            sample_axis_name="seq",
+            sequence_parallel=scheme,
+            sequence_layout=layout,
+        ),
+        mesh=mesh,
+        in_specs=(SEQ,) * 3,
+        out_specs=SEQ,
+    )
+    placed_args = placed(mesh, SEQ, args)
+    with pytest.raises(ValueError, match="sequence_parallel='rings' is not one of"):
+        jax.jit(split("rings", "contiguous"))(*placed_args)
+    with pytest.raises(ValueError, match="sequence_layout='zig-zag' is not one of"):
+        jax.jit(split("ring", "zig-zag"))(*placed_args)
+    with pytest.raises(ValueError, match="zigzag' runs on the ring"):
+        jax.jit(split("all-gather", "zigzag"))(*placed_args)
+    odd, _, _ = inputs(1, 12, 12, 1, 8)  # 3 tokens a device
+    with pytest.raises(ValueError, match="token count must be even, got 3"):
+        jax.jit(split("ring", "zigzag"))(*placed(mesh, SEQ, odd))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        fastgp.to_zigzag(args[0], 4)  # 16 tokens in 8 chunks: fine
+        fastgp.to_zigzag(odd[0], 4)
 
 
 # --- The penalty through a sequence-parallel transformer critic ---------------------------------
