@@ -270,11 +270,11 @@ def test_refusals_name_the_problem():
     with pytest.raises(ValueError, match="k is the same on every device"):
         jax.jit(run)(*args)
     for scheme in ("ring", "all-gather"):
-        kernel = lambda q, k, v: fastgp.attention(
+        kernel = lambda q, k, v, scheme=scheme: fastgp.attention(
             q, k, v, backend="interpret", sample_axis_name="seq", sequence_parallel=scheme
         )
         run = jax.shard_map(kernel, mesh=mesh, in_specs=(SEQ,) * 3, out_specs=SEQ)
-        with pytest.raises(ValueError, match="fastgp.attention.*check_vma=False"):
+        with pytest.raises(ValueError, match=r"fastgp\.attention.*check_vma=False"):
             jax.jit(run)(*placed(mesh, SEQ, args))
     split = lambda scheme, layout, t=16: jax.shard_map(
         lambda q, k, v: fastgp.attention(
