@@ -20,6 +20,8 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     approximate_r1/long_sequences.json the long ViT's R1 steps on CPU (with attention_tpu.json's)
     approximate_r1/transformer_training.json  the ViT critic trained with each penalty
     attention/jvp_memory.json          a transformer block's JVP memory (recipes.md)
+    attention/sequence_memory.json     split tokens' memory per CPU device, ring and gather
+    attention/sequence_memory_tpu.json the same R1 program per v5e chip (compile-only)
     attention/auto_cpu.json            with attention_tpu.json, gpu/: what attention's "auto" runs
     gpu/attention_gpu*.json            the long ViT's steps through each attention on an H200
     gpu/gpu_bandwidth.md               the penalty's Triton kernel against XLA on an H200
@@ -571,6 +573,27 @@ def attention_sequence_tpu(results):
     return sequence_tpu.table(_json_in(results.dir, "attention/sequence_tpu.json"))
 
 
+def attention_sequence_memory(results):
+    """performance.md's table of sequence-parallel attention's memory per CPU device."""
+    from benchmarks.attention import sequence_memory
+
+    return sequence_memory.table(_json_in(results.dir, "attention/sequence_memory.json"))
+
+
+def attention_sequence_memory_tpu(results):
+    """performance.md's table of the ring's and the gather's R1 program on 16 v5e chips."""
+    from benchmarks.attention import sequence_memory
+
+    return sequence_memory.tpu_table(_json_in(results.dir, "attention/sequence_memory_tpu.json"))
+
+
+def attention_sequence_memory_headline(results):
+    """README's sentence on the ring's memory per device."""
+    from benchmarks.attention import sequence_memory
+
+    return sequence_memory.headline(_json_in(results.dir, "attention/sequence_memory.json"))
+
+
 def attention_jvp_memory(results):
     """recipes.md's table of a transformer block's JVP memory through each attention."""
     from benchmarks.attention import jvp_memory
@@ -647,6 +670,9 @@ BLOCKS = {
     "attention-tpu": attention_tpu,
     "attention-sequence-tpu": attention_sequence_tpu,
     "attention-jvp-memory": attention_jvp_memory,
+    "attention-sequence-memory": attention_sequence_memory,
+    "attention-sequence-memory-tpu": attention_sequence_memory_tpu,
+    "attention-sequence-memory-headline": attention_sequence_memory_headline,
     "attention-auto": attention_auto,
     "attention-gpu": attention_gpu,
     "gpu-bandwidth": gpu_bandwidth,
@@ -697,6 +723,9 @@ SOURCES = {
     "attention-tpu": ("attention/attention_tpu.json",),
     "attention-sequence-tpu": ("attention/sequence_tpu.json",),
     "attention-jvp-memory": ("attention/jvp_memory.json",),
+    "attention-sequence-memory": ("attention/sequence_memory.json",),
+    "attention-sequence-memory-tpu": ("attention/sequence_memory_tpu.json",),
+    "attention-sequence-memory-headline": ("attention/sequence_memory.json",),
     "attention-auto": ("attention/attention_tpu.json", "attention/auto_cpu.json", *GPU_ATTENTION),
     "attention-gpu": GPU_ATTENTION,
     "gpu-bandwidth": ("gpu/gpu_bandwidth.md",),

@@ -1,7 +1,10 @@
-"""Sequence-parallel attention's memory per device on CPU: the ring against the all-gather.
+"""Sequence-parallel attention's memory per device: the ring against the all-gather.
 
     python -m benchmarks.attention.sequence_memory [--tokens 4096 16384] [--shards 2 4 8]
     -> benchmarks/results/attention/sequence_memory.{json,md}
+    python -m benchmarks.attention.sequence_memory --topology v5e:4x4 [--tokens 65536 262144]
+        [--shards 1 4 8 16]
+    -> benchmarks/results/attention/sequence_memory_tpu.{json,md}
 
 Two programs of ``fastgp.attention(q, k, v)`` on B = 2 samples, 2 heads of 64, float32, XLA's
 blockwise loops: the gradient of ``sum(o ** 2)`` in (q, k, v), and the reverse-over-forward
@@ -9,15 +12,25 @@ program of an exact R1 (the gradient of ``sum(jvp(attention, (q, k, v), (q, k, v
 Each is compiled for one CPU device holding everything, and with the tokens split over n devices:
 inside ``shard_map`` (``sample_axis_name``) and under explicit axes, with ``sequence_parallel``
 "ring" and "all-gather". The figure is the compiled program's temporaries per device (XLA's
-memory analysis) over one device's, set beside 1/n; and the collectives in each program.
+memory analysis) over one device's, set beside 1/n; the collectives in each program; and the
+fastest of three runs of each on this machine's simulated devices (all on the same cores, so the
+times compare the schemes with each other, not with one device).
+
+With ``--topology``, the R1 program in bfloat16 with ``backend="pallas"`` (the Mosaic kernels in
+every ring step) is compiled for the chips of a TPU slice through libtpu's compile-only client,
+inside ``shard_map`` over a (data, seq) = (chips / n, n) mesh, one sample per data shard: the
+figure is the peak memory per chip, and per sample (the peak times n: constant where the memory
+falls as 1/n).
 """
 
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
@@ -34,7 +47,9 @@ from benchmarks.tables import markdown_table
 from fastgp import _compiled as cf
 
 OUT = benchmarks.RESULTS / "attention" / "sequence_memory"
+OUT_TPU = benchmarks.RESULTS / "attention" / "sequence_memory_tpu"
 BATCH, HEADS, HEAD_DIM = 2, 2, 64
+HEADS_TPU = 4  # the long ViT critic's
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
 
 
@@ -62,10 +77,22 @@ def _collectives(text: str) -> dict[str, int]:
     return {kind: n for kind, n in counts.items() if n}
 
 
-def measure(program: Any, *args: jax.Array) -> dict[str, Any]:
+def measure(program: Any, *args: jax.Array, repeats: int = 3) -> dict[str, Any]:
+    """The compiled program's temporaries and collectives, and the fastest of ``repeats`` runs
+    after a warm-up (seconds)."""
     compiled = jax.jit(program).lower(*args).compile()
     figures = cf.figures(compiled)
-    return {"temp": figures["temp"], "collectives": _collectives(compiled.as_text() or "")}
+    jax.block_until_ready(compiled(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+    return {
+        "temp": figures["temp"],
+        "collectives": _collectives(compiled.as_text() or ""),
+        "seconds": min(times),
+    }
 
 
 def sharded_attention(n: int, mode: str, scheme: str) -> tuple[Any, Any]:
@@ -109,6 +136,61 @@ def run(tokens: int, shards: list[int]) -> list[dict[str, Any]]:
                     print(row, flush=True)
                     rows.append(row)
     return rows
+
+
+def _ratios(result: dict[str, Any]) -> dict[tuple, float]:
+    """{(T, program, n, mode, scheme): temporaries over one device's}."""
+    return {
+        (r["tokens"], r["program"], r["shards"], r["mode"], r["scheme"]): r["of_one"]
+        for r in result["rows"]
+        if r["shards"] > 1
+    }
+
+
+def table(result: dict[str, Any]) -> list[str]:
+    """docs/performance.md's table: per T, program and n, each scheme's temporaries per device
+    over one device's, in shard_map and under explicit axes, beside 1/n."""
+    ratios = _ratios(result)
+    seconds = {
+        (r["tokens"], r["program"], r["shards"], r["mode"], r["scheme"]): r["seconds"]
+        for r in result["rows"]
+        if r["shards"] > 1
+    }
+    keys = sorted({key[:3] for key in ratios})
+    cells = [
+        [f"{t:,}", program, n, f"{1 / n:.3f}"]
+        + [
+            f"{ratios[(t, program, n, mode, scheme)]:.3f}"
+            for scheme in ("ring", "all-gather")
+            for mode in ("shard_map", "explicit")
+        ]
+        for t, program, n in keys
+    ]
+    head = ["T", "program", "n", "1 / n"] + [
+        f"{scheme} ({mode})" for scheme in ("ring", "all-gather") for mode in ("shard_map", "explicit")
+    ]
+    head.append("ring s / gather s (shard_map)")
+    for cell, (t, program, n) in zip(cells, keys, strict=True):
+        ring, gather = (seconds[(t, program, n, "shard_map", s)] for s in ("ring", "all-gather"))
+        cell.append(f"{ring / gather:.2f}")
+    return markdown_table(head, cells)
+
+
+def headline(result: dict[str, Any]) -> str:
+    """README's sentence: at the largest T and n, each scheme's range over the programs."""
+    ratios = _ratios(result)
+    t = max(key[0] for key in ratios)
+    n = max(key[2] for key in ratios)
+
+    def span(scheme: str) -> str:
+        values = [v for key, v in ratios.items() if key[0] == t and key[2] == n and key[4] == scheme]
+        return f"{min(values):.2f}–{max(values):.2f}x"
+
+    return (
+        f"with {t:,} tokens over {n} CPU devices, attention's gradient and R1 programs hold "
+        f"{span('ring')} one device's temporaries per device on the ring and {span('all-gather')} "
+        "with the gather"
+    )
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -164,13 +246,90 @@ def markdown(result: dict[str, Any]) -> str:
     )
 
 
+def tpu_rows(topology: str, tokens: int, shards: list[int]) -> list[dict[str, Any]]:
+    """The R1 program per chip of ``topology`` for each n and scheme (see the module)."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    devices = np.array(cf.tpu_devices(topology))
+    rows = []
+    for n in shards:
+        mesh = Mesh(devices.reshape(devices.size // n, n), ("data", "seq"))
+        spec = P("data", "seq")
+        x = jax.ShapeDtypeStruct(
+            (devices.size // n, tokens, HEADS_TPU, HEAD_DIM),
+            jnp.bfloat16,
+            sharding=NamedSharding(mesh, spec),
+        )
+        for scheme in ("ring", "all-gather") if n > 1 else ("ring",):
+            local = lambda q, k, v, scheme=scheme: fastgp.attention(
+                q, k, v, backend="pallas", sample_axis_name="seq", sequence_parallel=scheme
+            )
+            fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
+            program = programs(lambda q, k, v: fn(q, k, v).astype(jnp.float32))
+            compiled = jax.jit(program["reverse-over-forward"]).lower(x, x, x).compile()
+            figures = cf.figures(compiled)
+            row = {"topology": topology, "tokens": tokens, "shards": n, "scheme": scheme}
+            row |= {"peak": figures["peak"], "temp": figures["temp"]}
+            row["collectives"] = _collectives(compiled.as_text() or "")
+            print(row, flush=True)
+            rows.append(row)
+    return rows
+
+
+def tpu_table(result: dict[str, Any]) -> list[str]:
+    """docs/performance.md's table: per T and n, each scheme's peak per chip and per sample."""
+    rows = result["rows"]
+    by = {(r["tokens"], r["shards"], r["scheme"]): r for r in rows}
+    cells = []
+    for t, n in sorted({(r["tokens"], r["shards"]) for r in rows}):
+        cell = [f"{t:,}", n]
+        for scheme in ("ring", "all-gather"):
+            r = by.get((t, n, "ring" if n == 1 else scheme))
+            cell += ["", ""] if r is None else [
+                f"{r['peak'] / 2**30:.3f}",
+                f"{r['peak'] * n / 2**30:.3f}",
+            ]
+        cells.append(cell)
+    head = ["T", "n", "ring GiB / chip", "ring GiB x n", "all-gather GiB / chip", "gather GiB x n"]
+    return markdown_table(head, cells)
+
+
+def tpu_markdown(result: dict[str, Any]) -> str:
+    command = "python -m benchmarks.attention.sequence_memory " + " ".join(result["argv"])
+    return "\n".join(
+        [
+            f"# Sequence-parallel attention's R1 program on {result['topology']} (compile-only)",
+            "",
+            (
+                f"Generated by `{command}`. One sample per data shard, {HEADS_TPU} heads of "
+                f"{HEAD_DIM}, bfloat16, backend pallas; peak memory per chip (n = 1: one chip "
+                "holds a whole sample; the gather's row at n = 1 is the same program)."
+            ),
+            "",
+            *tpu_table(result),
+            "",
+            f"Machine: {result['machine']}; commit {result['commit']}.",
+            "",
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--tokens", type=int, nargs="+", default=[4096, 16384])
-    parser.add_argument("--shards", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--tokens", type=int, nargs="+")
+    parser.add_argument("--shards", type=int, nargs="+")
+    parser.add_argument("--topology", help="a TPU slice to compile for, e.g. v5e:4x4")
     args = parser.parse_args(argv)
-    rows = [row for tokens in args.tokens for row in run(tokens, args.shards)]
     invocation = sys.argv[1:] if argv is None else list(argv)
+    if args.topology:
+        tokens, shards = args.tokens or [65536, 262144], args.shards or [1, 4, 8, 16]
+        rows = [r for t in tokens for r in tpu_rows(args.topology, t, shards)]
+        result = {"argv": invocation, "topology": args.topology, **records.provenance()}
+        records.write(OUT_TPU, {**result, "rows": rows}, tpu_markdown)
+        return 0
+    tokens, shards = args.tokens or [4096, 16384], args.shards or [2, 4, 8]
+    rows = [row for t in tokens for row in run(t, shards)]
     result = {"argv": invocation, **records.provenance(), "rows": rows}
     records.write(OUT, result, markdown)
     return 0

@@ -8,8 +8,8 @@ The zoo's long ViT critic (``zoo.critics.vit_long``: 4x4 patches, dim 256, 4 hea
 blocks; parameters float32, cast to bfloat16 with the input, as ``benchmarks.attention.tpu``
 does), rewritten here for sequence parallelism (:func:`vit_seq`): each chip holds a band of every
 image's rows, i.e. a contiguous slice of its tokens; the attention is ``fastgp.attention(...,
-backend="pallas", sample_axis_name="seq")`` (each chip keeps its queries and gathers the keys and
-values), the position embedding is this shard's slice (``lax.axis_index("seq") * T_local``) and
+backend="pallas", sample_axis_name="seq", sequence_parallel="all-gather")`` (each chip keeps its
+queries and gathers the keys and values; ``sequence_memory --topology`` measures the ring), the position embedding is this shard's slice (``lax.axis_index("seq") * T_local``) and
 the token mean is a ``psum`` over "seq", so every slice returns the whole sample's score.
 
 The step: ``value_and_grad`` over the critic's parameters of ``fastgp.gradient_penalty`` (R1 at
@@ -79,7 +79,9 @@ def vit_seq(tokens: int, seq: str = "seq", backend: str = "pallas", dtype=jnp.bf
         b, n, _ = y.shape
         qkv = (y @ blk["qkv"]["w"] + blk["qkv"]["b"]).reshape(b, n, 3, HEADS, head_dim)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        out = fastgp.attention(q, k, v, backend=backend, sample_axis_name=seq)
+        out = fastgp.attention(
+            q, k, v, backend=backend, sample_axis_name=seq, sequence_parallel="all-gather"
+        )
         return out.reshape(b, n, DIM) @ blk["proj"]["w"] + blk["proj"]["b"]
 
     def apply(params, x):

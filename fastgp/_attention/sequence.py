@@ -100,6 +100,8 @@ def in_shard_map(
     _check_layout(q, k, causal, scheme, layout, lax.axis_size(axis))
     if key_mask is None:
         key_mask = jnp.ones(k.shape[:2], bool)
+    if lax.axis_size(axis) == 1:  # every token here: one device's attention (either layout)
+        return attend(q, k, v, key_mask, causal=causal, **options)
     if scheme == "ring":
         ring = Ring(axes, lax.axis_size(axis), layout if causal else "contiguous")
         return attend(q, k, v, key_mask, causal=causal, ring=ring, **options)
