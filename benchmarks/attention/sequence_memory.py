@@ -45,6 +45,7 @@ import fastgp
 from benchmarks import records
 from benchmarks.tables import markdown_table
 from fastgp import _compiled as cf
+from fastgp._attention.sequence import SCHEMES, Scheme
 
 OUT = benchmarks.RESULTS / "attention" / "sequence_memory"
 OUT_TPU = benchmarks.RESULTS / "attention" / "sequence_memory_tpu"
@@ -95,7 +96,7 @@ def measure(program: Any, *args: jax.Array, repeats: int = 3) -> dict[str, Any]:
     }
 
 
-def sharded_attention(n: int, mode: str, scheme: str) -> tuple[Any, Any]:
+def sharded_attention(n: int, mode: str, scheme: Scheme) -> tuple[Any, Any]:
     """(attention over the tokens split on n devices, the placement of its inputs)."""
     devices = jax.devices()[:n]
     if mode == "shard_map":
@@ -122,7 +123,7 @@ def run(tokens: int, shards: list[int]) -> list[dict[str, Any]]:
         rows.append({"tokens": tokens, "program": name, "shards": 1, **base})
         for n in shards:
             for mode in ("shard_map", "explicit"):
-                for scheme in ("ring", "all-gather"):
+                for scheme in SCHEMES:
                     fn, (mesh, spec) = sharded_attention(n, mode, scheme)
                     placed = [jax.device_put(x, NamedSharding(mesh, spec)) for x in args]
                     sharded = programs(fn)[name]
@@ -166,9 +167,8 @@ def table(result: dict[str, Any]) -> list[str]:
         ]
         for t, program, n in keys
     ]
-    head = ["T", "program", "n", "1 / n"] + [
-        f"{scheme} ({mode})" for scheme in ("ring", "all-gather") for mode in ("shard_map", "explicit")
-    ]
+    splits = [(s, m) for s in ("ring", "all-gather") for m in ("shard_map", "explicit")]
+    head = ["T", "program", "n", "1 / n"] + [f"{scheme} ({mode})" for scheme, mode in splits]
     head.append("ring s / gather s (shard_map)")
     for cell, (t, program, n) in zip(cells, keys, strict=True):
         ring, gather = (seconds[(t, program, n, "shard_map", s)] for s in ("ring", "all-gather"))
@@ -183,8 +183,8 @@ def headline(result: dict[str, Any]) -> str:
     n = max(key[2] for key in ratios)
 
     def span(scheme: str) -> str:
-        values = [v for key, v in ratios.items() if key[0] == t and key[2] == n and key[4] == scheme]
-        return f"{min(values):.2f}–{max(values):.2f}x"
+        values = [v for k, v in ratios.items() if k[0] == t and k[2] == n and k[4] == scheme]
+        return f"{min(values):.2f}-{max(values):.2f}x"
 
     return (
         f"with {t:,} tokens over {n} CPU devices, attention's gradient and R1 programs hold "
@@ -266,7 +266,7 @@ def tpu_rows(topology: str, tokens: int, shards: list[int]) -> list[dict[str, An
                 q, k, v, backend="pallas", sample_axis_name="seq", sequence_parallel=scheme
             )
             fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
-            program = programs(lambda q, k, v: fn(q, k, v).astype(jnp.float32))
+            program = programs(lambda q, k, v, fn=fn: fn(q, k, v).astype(jnp.float32))
             compiled = jax.jit(program["reverse-over-forward"]).lower(x, x, x).compile()
             figures = cf.figures(compiled)
             row = {"topology": topology, "tokens": tokens, "shards": n, "scheme": scheme}
@@ -286,10 +286,14 @@ def tpu_table(result: dict[str, Any]) -> list[str]:
         cell = [f"{t:,}", n]
         for scheme in ("ring", "all-gather"):
             r = by.get((t, n, "ring" if n == 1 else scheme))
-            cell += ["", ""] if r is None else [
-                f"{r['peak'] / 2**30:.3f}",
-                f"{r['peak'] * n / 2**30:.3f}",
-            ]
+            cell += (
+                ["", ""]
+                if r is None
+                else [
+                    f"{r['peak'] / 2**30:.3f}",
+                    f"{r['peak'] * n / 2**30:.3f}",
+                ]
+            )
         cells.append(cell)
     head = ["T", "n", "ring GiB / chip", "ring GiB x n", "all-gather GiB / chip", "gather GiB x n"]
     return markdown_table(head, cells)

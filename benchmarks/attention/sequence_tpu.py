@@ -9,8 +9,9 @@ blocks; parameters float32, cast to bfloat16 with the input, as ``benchmarks.att
 does), rewritten here for sequence parallelism (:func:`vit_seq`): each chip holds a band of every
 image's rows, i.e. a contiguous slice of its tokens; the attention is ``fastgp.attention(...,
 backend="pallas", sample_axis_name="seq", sequence_parallel="all-gather")`` (each chip keeps its
-queries and gathers the keys and values; ``sequence_memory --topology`` measures the ring), the position embedding is this shard's slice (``lax.axis_index("seq") * T_local``) and
-the token mean is a ``psum`` over "seq", so every slice returns the whole sample's score.
+queries and gathers the keys and values; ``sequence_memory --topology`` measures the ring), the
+position embedding is this shard's slice (``lax.axis_index("seq") * T_local``) and the token mean
+is a ``psum`` over "seq", so every slice returns the whole sample's score.
 
 The step: ``value_and_grad`` over the critic's parameters of ``fastgp.gradient_penalty`` (R1 at
 the reals; WGAN-GP at ``fastgp.interpolate`` of real and fake), penalty backend "auto", inside

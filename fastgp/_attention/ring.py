@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fastgp._attention.permute import permute
+
 Layout = Literal["contiguous", "zigzag"]
 LAYOUTS: tuple[Layout, ...] = ("contiguous", "zigzag")
 F32 = jnp.float32
@@ -75,9 +77,10 @@ def _pad(x: jax.Array, before: int, after: int) -> jax.Array:
 
 
 def _send(xs: Sequence[jax.Array], ring: Ring) -> list[jax.Array]:
-    """Every array one hop along the ring: device i's to device i + 1 (mod n)."""
+    """Every array one hop along the ring: device i's to device i + 1 (mod n), each on a channel
+    of its own (``fastgp._attention.permute``)."""
     perm = [(j, (j + 1) % ring.size) for j in range(ring.size)]
-    return [lax.ppermute(x, _axis(ring), perm) for x in xs]
+    return [permute(x, _axis(ring), perm) for x in xs]
 
 
 def _hide(mask: jax.Array, visible: Any) -> jax.Array:

@@ -80,6 +80,7 @@ def _new_primitive(name: str) -> Primitive:
     mlir.register_lowering(
         prim,
         mlir.lower_fun(lambda *args, config: _impl(name, config)(*args), multiple_results=True),
+        cacheable=False,  # a ring's collectives get channels of their own at every call
     )
     return prim
 

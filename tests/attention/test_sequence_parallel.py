@@ -10,6 +10,7 @@ and WGAN-GP through a sequence-parallel transformer critic.
 import functools
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -247,6 +248,11 @@ def test_the_ring_programs_pass_blocks_and_gather_nothing():
     for name, program in programs.items():
         found = collectives(program, *args)
         assert set(found) == {"collective-permute"}, (name, sorted(found))
+        # each on a channel of its own: XLA:CPU joins concurrent permutes of one channel into one
+        # rendezvous, which aborts (tests/penalty/test_layouts.py's explicit sequence-parallel
+        # case did, before)
+        channels = re.findall(r"channel_id=(\d+)", "\n".join(found["collective-permute"]))
+        assert len(set(channels)) == len(channels), (name, channels)
 
 
 def test_the_all_gather_gathers_only_keys_values_and_the_mask():

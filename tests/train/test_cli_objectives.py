@@ -102,7 +102,8 @@ def test_relativistic_on_mnist_trains_r3gan_recipe_and_flags_still_win(critic):
     from fastgp.train.recipes import defaults
 
     def config(*flags):
-        args = build_parser().parse_args(["train", "--dataset", "mnist", "--critic", critic, *flags])
+        argv = ["train", "--dataset", "mnist", "--critic", critic, *flags]
+        args = build_parser().parse_args(argv)
         return defaults.default_config("mnist", **_overrides(args))
 
     r3gan = config("--loss", "relativistic")

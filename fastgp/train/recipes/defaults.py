@@ -137,7 +137,7 @@ def recipe(dataset: str, critic: str = "conv", loss: str | None = None) -> Recip
     (None: the dataset's own, the Wasserstein loss); ValueError for an unknown name or a critic
     the dataset cannot take (the ViT takes images only)."""
     _check(dataset)
-    if (dataset, critic, loss) in LOSS_RECIPES:
+    if loss is not None and (dataset, critic, loss) in LOSS_RECIPES:
         return LOSS_RECIPES[dataset, critic, loss]
     if critic not in CRITICS:
         raise ValueError(f"unknown critic {critic!r}; valid: {', '.join(CRITICS)}")
