@@ -50,7 +50,7 @@ def summarize(result: dict[str, Any]) -> list[dict[str, Any]]:
     return summary
 
 
-def _mean_sd(values: list[float], fmt: str = "{:.3f}") -> str:
+def mean_sd(values: list[float], fmt: str = "{:.3f}") -> str:
     """The values' mean and standard deviation over seeds (the value alone for one seed)."""
     if not values:
         return "-"
@@ -65,11 +65,11 @@ def summary_table(result: dict[str, Any]) -> list[str]:
         [
             s["row"],
             f"{s['collapsed']} of {s['runs']}",
-            _mean_sd(s["c2st"]),
-            _mean_sd(s["frechet"], "{:.1f}"),
-            _mean_sd([float(c) for c in s["classes"]], "{:.1f}"),
-            _mean_sd([float(n) for n in s["steps"]], "{:.0f}"),
-            _mean_sd(s["s_per_step"], "{:.2f}"),
+            mean_sd(s["c2st"]),
+            mean_sd(s["frechet"], "{:.1f}"),
+            mean_sd([float(c) for c in s["classes"]], "{:.1f}"),
+            mean_sd([float(n) for n in s["steps"]], "{:.0f}"),
+            mean_sd(s["s_per_step"], "{:.2f}"),
         ]
         for s in summarize(result)
     )

@@ -11,7 +11,7 @@ figures from benchmarks/results/exactness/ (and the check's from training/check_
 import json
 import pathlib
 
-from benchmarks.exactness.report import summarize, summary_table
+from benchmarks.exactness.report import mean_sd, summarize, summary_table
 from benchmarks.tables import markdown_table
 
 DASH = "\N{EN DASH}"
@@ -99,22 +99,28 @@ def sigma(results):
 
 
 def headline(results):
-    """README's sentence: the exact and approximate rows' final Fréchet distances and the
-    exact step's flops over the approximate one's on v5e."""
+    """README's sentence: each exact and approximate row's final Fréchet distance over its
+    seeds (mean ± sd), WGAN-GP's beside them, the approximation at the exact weight's collapses,
+    and the exact step's flops over the approximate one's on v5e."""
     by_row = {s["row"]: s for s in summarize(_load(results, "exactness/study_vit.json"))}
-    frechet = lambda rows: [f for r in rows for f in by_row[r]["frechet"]]
-    exact, approximate = frechet(("r3gan", "stylegan2-lazy")), frechet(("apt", "apt-r1r2"))
-    seeds = {len(s["frechet"]) for s in by_row.values()}
+    fd = lambda row: mean_sd(by_row[row]["frechet"], "{:.0f}")
+    seeds = max(len(s["frechet"]) for s in by_row.values())
     steps = _load(results, "exactness/compiled.json")["rows"]
     flops = {(r["row"], r["tokens"]): r["step"]["flops"] for r in steps if "step" in r}
     ratios = [flops[("r3gan", t)] / flops[("apt-r1r2", t)] for t in (49, 196)]
+    eps2 = by_row["eps2-r1r2"]
+    runs = _load(results, "exactness/study_vit.json")["runs"]
+    trained = [
+        r["frechet_distance"] for r in runs if r["row"] == "eps2-r1r2" and not r["collapsed"]
+    ]
+    rest = f" and ended at {_span(trained, '{:.1f}')} in the others" if trained else ""
     return (
-        f"exact R1 (R3GAN's R1 + R2, StyleGAN2-ADA's lazy R1) reached a Fréchet distance of "
-        f"{_span(exact, '{:.0f}')} where APT's approximate R1 reached "
-        f"{_span(approximate, '{:.0f}')}, and the approximation taken at the exact weight "
-        f"collapsed ({by_row['eps2-r1r2']['collapsed']} of {by_row['eps2-r1r2']['runs']}), for "
-        f"{_span(ratios, '{:.2f}')}x the approximate step's flops on a v5e ({max(seeds)} "
-        f"seed{'s' if max(seeds) > 1 else ''} a row so far)"
+        f"over {seeds} seed{'s' if seeds > 1 else ''} a row, exact R1 ended at a Fréchet distance "
+        f"of {fd('r3gan')} (R3GAN's R1 + R2) and {fd('stylegan2-lazy')} (StyleGAN2-ADA's lazy "
+        f"R1), APT's approximate R1 at {fd('apt-r1r2')} (R1 + R2) and {fd('apt')} (R1), WGAN-GP "
+        f"at {fd('wgan-gp')}; the approximation taken at the exact weight collapsed in "
+        f"{eps2['collapsed']} of {eps2['runs']}{rest}; the exact step costs "
+        f"{_span(ratios, '{:.2f}')}x the approximate step's flops on a v5e"
     )
 
 
