@@ -89,6 +89,16 @@ def assert_same_derivatives(ours, theirs, args, tangents):
         assert rel_err(got[name], want[name]) < RTOL, name
 
 
+def assert_same_first_order(ours, oracle, args, tangents):
+    """Value, VJP and JVP (the lighter check, for the larger or more numerous cases)."""
+    assert rel_err(jax.jit(ours)(*args), oracle(*args)) < RTOL
+    ct = jnp.cos(oracle(*args))
+    got = jax.jit(lambda *a: jax.vjp(ours, *a)[1](ct))(*args)
+    assert rel_err(got, jax.vjp(oracle, *args)[1](ct)) < RTOL
+    got = jax.jit(lambda *a: jax.jvp(ours, a, tangents)[1])(*args)
+    assert rel_err(got, jax.jvp(oracle, args, tangents)[1]) < RTOL
+
+
 CASES = [
     # b, t, h, d, causal, padding
     (2, 64, 2, 16, False, True),
@@ -116,12 +126,7 @@ def test_causal_with_several_query_blocks_per_shard(split):
         in_shard_map(mask, True, "xla", scheme=split[0], layout=split[1]),
         naive(mask, True),
     )
-    assert rel_err(jax.jit(fn)(*args), oracle(*args)) < RTOL
-    ct = jnp.cos(oracle(*args))
-    got = jax.jit(lambda *a: jax.vjp(fn, *a)[1](ct))(*args)
-    assert rel_err(got, jax.vjp(oracle, *args)[1](ct)) < RTOL
-    got = jax.jit(lambda *a: jax.jvp(fn, a, tangents)[1])(*args)
-    assert rel_err(got, jax.jvp(oracle, args, tangents)[1]) < RTOL
+    assert_same_first_order(fn, oracle, args, tangents)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
@@ -133,14 +138,14 @@ def test_queries_without_a_visible_key_on_the_ring(layout):
     args, _, tangents = inputs(2, 48, 48, 2, 8)
     mask = jnp.ones((2, 48), bool).at[:, :12].set(False)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
-    ours = in_shard_map(mask, True, "xla", layout=layout)
-    assert_same_derivatives(ours, naive(mask, True), args, tangents)
+    fn, oracle = in_shard_map(mask, True, "xla", layout=layout), naive(mask, True)
+    assert_same_first_order(fn, oracle, args, tangents)
 
 
 @pytest.mark.parametrize(
     "case, backend, split",
     [
-        (CASES[0], "interpret", SPLITS[0]),
+        (CASES[0], "interpret", SPLITS[2]),
         (CASES[1], "interpret", SPLITS[2]),  # causal: the all-gather's offsets
         (CASES[1], "gpu-interpret", SPLITS[2]),
     ],
@@ -159,7 +164,9 @@ def test_the_kernels_with_the_tokens_split(case, backend, split):
 
 @pytest.mark.parametrize(
     "backend, split",
-    [("interpret", split) for split in SPLITS] + [("gpu-interpret", s) for s in SPLITS[1:]],
+    # the TPU family on the contiguous ring, the Triton kernels on the zigzag's (each step's
+    # kernel call is the same one-device call in either layout), both with the gather
+    [("interpret", s) for s in (SPLITS[0], SPLITS[2])] + [("gpu-interpret", s) for s in SPLITS[1:]],
     ids=str,
 )
 def test_the_kernels_with_several_blocks_per_shard(backend, split, monkeypatch):
