@@ -155,19 +155,30 @@ def attention(
         backend=backends.resolve("attention", backend, lambda: _auto_takes_kernels(q, k, v)),
     )
     key_mask = None if mask is None else key_mask_of(mask, batch, k.shape[1])
-    axes = collective_axes(sample_axis_name)
-    causal = bool(is_causal)
-    scheme, layout = sequence_parallel, sequence_layout
+    split = {"scheme": sequence_parallel, "layout": sequence_layout}
+    return _split_or_local(
+        q, k, v, key_mask, collective_axes(sample_axis_name), bool(is_causal), split, options
+    )
+
+
+def _split_or_local(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    key_mask: jax.Array | None,
+    axes: tuple[str, ...],
+    causal: bool,
+    split: dict[str, Any],
+    options: sequence.Options,
+) -> jax.Array:
+    """The tokens split over ``axes`` (shard_map) or over sharded explicit axes, by ``split``'s
+    scheme and layout; else one device's attention."""
     if axes:
-        return sequence.in_shard_map(
-            q, k, v, key_mask, axes, causal=causal, scheme=scheme, layout=layout, **options
-        )
+        return sequence.in_shard_map(q, k, v, key_mask, axes, causal=causal, **split, **options)
     if mode_of(q, "fastgp.attention") == "explicit" and spec_of(q)[1] is not None:
-        return sequence.explicit(
-            q, k, v, key_mask, causal=causal, scheme=scheme, layout=layout, **options
-        )
+        return sequence.explicit(q, k, v, key_mask, causal=causal, **split, **options)
     if key_mask is None:
-        key_mask = jnp.ones((batch, k.shape[1]), bool)
+        key_mask = jnp.ones((q.shape[0], k.shape[1]), bool)
     return attend(q, k, v, key_mask, causal=causal, **options)
 
 

@@ -28,6 +28,7 @@ from test_attention import derivatives, inputs, rel_err
 import fastgp
 import oracles
 from fastgp._attention import padded
+from fastgp._attention.sequence import Scheme
 
 # float32 stays (fastgp.attention accumulates in float32): the split tokens differ from one
 # device by at most 7e-7 of the largest entry, derivative sets and the penalty through the critic
@@ -195,8 +196,10 @@ def test_explicit_axes(causal, backend, split):
     mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Explicit,) * 2)
     spec = EXPLICIT[split]
     mask_in = jax.device_put(mask, NamedSharding(mesh, P(*spec[:2])))
+    # the interpret kernels on the ring are held in shard_map above; here with the gather
+    scheme: Scheme = "all-gather" if backend == "interpret" else "ring"
     ours = lambda q, k, v: fastgp.attention(
-        q, k, v, mask=mask_in, is_causal=causal, backend=backend
+        q, k, v, mask=mask_in, is_causal=causal, backend=backend, sequence_parallel=scheme
     )
     with jax.set_mesh(mesh):
         got = explicit_derivatives(ours, placed(mesh, spec, args), placed(mesh, spec, tangents))

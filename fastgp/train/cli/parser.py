@@ -215,7 +215,8 @@ def _add_objective_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]
         "--loss",
         "GAN loss: wasserstein (WGAN), non-saturating (the logistic loss of StyleGAN2-ADA and "
         "APT) or relativistic (the pairing loss softplus(D(fake) - D(real)) of R3GAN; on "
-        "mnist it trains R3GAN's recipe: exact R1 + R2 on a cosine schedule, one critic step)",
+        "mnist with --critic vit it trains R3GAN's recipe: exact R1 + R2 on a cosine schedule, "
+        "one critic step)",
         choices=LOSSES,
     )
     p.add_argument(
