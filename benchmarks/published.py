@@ -573,6 +573,13 @@ def attention_sequence_tpu(results):
     return sequence_tpu.table(_json_in(results.dir, "attention/sequence_tpu.json"))
 
 
+def exactness_recipe_runs(results):
+    """trainer.md's table of the relativistic recipe's default runs on MNIST."""
+    from benchmarks.exactness import recipe_run
+
+    return recipe_run.table(_json_in(results.dir, "exactness/recipe_runs.json"))
+
+
 def attention_sequence_memory(results):
     """performance.md's table of sequence-parallel attention's memory per CPU device."""
     from benchmarks.attention import sequence_memory
@@ -651,6 +658,8 @@ def attention_gpu(results):
 
 BLOCKS = {
     "exactness-study-vit": exactness_tables.study("vit"),
+    "exactness-study-conv": exactness_tables.study("conv"),
+    "exactness-steptime-conv": exactness_tables.steptime("conv"),
     "exactness-steptime-vit": exactness_tables.steptime("vit"),
     "exactness-sigma": exactness_tables.sigma,
     "exactness-compiled": exactness_tables.compiled,
@@ -671,6 +680,7 @@ BLOCKS = {
     "attention-sequence-tpu": attention_sequence_tpu,
     "attention-jvp-memory": attention_jvp_memory,
     "attention-sequence-memory": attention_sequence_memory,
+    "exactness-recipe-runs": exactness_recipe_runs,
     "attention-sequence-memory-tpu": attention_sequence_memory_tpu,
     "attention-sequence-memory-headline": attention_sequence_memory_headline,
     "attention-auto": attention_auto,
@@ -692,10 +702,17 @@ BLOCKS = {
 # The results files each block is rendered from, as paths under RESULTS.
 SOURCES = {
     "exactness-study-vit": ("exactness/study_vit.json",),
+    "exactness-study-conv": ("exactness/study_conv.json",),
+    "exactness-steptime-conv": ("exactness/steptime_conv.json",),
+    "exactness-recipe-runs": ("exactness/recipe_runs.json",),
     "exactness-steptime-vit": ("exactness/steptime_vit.json",),
     "exactness-sigma": ("exactness/sigma.json",),
     "exactness-compiled": ("exactness/compiled.json",),
-    "exactness-headline": ("exactness/study_vit.json", "exactness/compiled.json"),
+    "exactness-headline": (
+        "exactness/study_vit.json",
+        "exactness/study_conv.json",
+        "exactness/compiled.json",
+    ),
     "check-isa": ("training/check_isa.json",),
     "approximate-r1-ratios": ("approximate_r1/approximate_r1.json",),
     "approximate-r1-gradients": ("approximate_r1/approximate_r1_gradients.json",),

@@ -120,7 +120,26 @@ def headline(results):
         f"R1), APT's approximate R1 at {fd('apt-r1r2')} (R1 + R2) and {fd('apt')} (R1), WGAN-GP "
         f"at {fd('wgan-gp')}; the approximation taken at the exact weight collapsed in "
         f"{eps2['collapsed']} of {eps2['runs']}{rest}; the exact step costs "
-        f"{_span(ratios, '{:.2f}')}x the approximate step's flops on a v5e"
+        f"{_span(ratios, '{:.2f}')}x the approximate step's flops on a v5e. With the conv critic "
+        f"{_conv_rows(results)}"
+    )
+
+
+def _conv_rows(results):
+    """The conv critic's lead rows: collapses and Fréchet distance (mean ± sd) over seeds."""
+    by_row = {s["row"]: s for s in summarize(_load(results, "exactness/study_conv.json"))}
+    seeds = max(s["runs"] for s in by_row.values())
+
+    def row(name, label):
+        s = by_row[name]
+        return (
+            f"{label} collapsed in {s['collapsed']} of {s['runs']} "
+            f"(Fréchet {mean_sd(s['frechet'], '{:.0f}')})"
+        )
+
+    return (
+        f"({seeds} seeds) {row('r3gan', 'exact R1 + R2')}, "
+        f"{row('apt-r1r2', 'the approximate one')}, {row('wgan-gp', 'WGAN-GP')}"
     )
 
 
