@@ -4,6 +4,7 @@ provenance()                     -> {"machine": ..., "commit": ...} of this run
 write(out, result, page)         -> out.json (``result``) and out.md (``page(result)``)
 runs(out, invocation, append)    -> a study of one row per run, started or continued
 add_run(out, result, row, page)  -> the row printed, kept and both files written
+page(title, intro, body, result) -> a results page: heading, how it was made, body, provenance
 """
 
 import json
@@ -40,6 +41,23 @@ def write(out: pathlib.Path, result: dict[str, Any], page: Callable[[dict], str]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(page(result))
+
+
+def page(title: str, intro: str, body: list[str], result: dict[str, Any]) -> str:
+    """A results page: ``# title``, ``intro`` (the command that made it), the ``body`` lines, and
+    the machine and commit of ``result``."""
+    return "\n".join(
+        [
+            f"# {title}",
+            "",
+            intro,
+            "",
+            *body,
+            "",
+            f"Machine: {result['machine']}; commit {result['commit']}.",
+            "",
+        ]
+    )
 
 
 def runs(out: pathlib.Path, invocation: list[str], append: bool) -> dict[str, Any]:
