@@ -15,7 +15,8 @@ sum over key blocks: its query-side results add up over the steps, and its key-s
 g_v, ...) are accumulated beside the block they belong to, travel with it and arrive home one hop
 after the last step. The forward combines the blocks' (o, lse) by the online softmax. So each pass
 computes what it computes on one device, the derivative rules (``fastgp._attention.rules``) are
-the one-device rules, and no device holds more than two key blocks. Sums run in float32.
+the one-device rules, and beside its own a device holds two key blocks at a time: the one it works
+on and the one in flight. Sums run in float32.
 
 Causal masking, with the block from device ``src`` = i - s (mod n) at step s on device i:
 
@@ -177,8 +178,8 @@ def _rows_seeing_keys(config: Any, mask: jax.Array, step: Any, index: Any, tq: i
 
 def _circle(ring: Ring, own: list[jax.Array], state: Any, visit: Callable[..., Any]) -> Any:
     """Steps 1 to n - 1 after step 0's ``state``: each passes the block it holds on to the next
-    device while ``visit(step, block, state) -> state`` works on it, in a loop (so that a device
-    holds two blocks at a time whatever n is)."""
+    device while ``visit(step, block, state) -> state`` works on it, in a loop (so that, beside
+    its own, a device holds two blocks at a time whatever n is)."""
     if ring.size == 1:
         return state
     held = _send(own, ring)
