@@ -110,8 +110,8 @@ def _r3gan(base: Recipe, steps: int) -> Recipe:
 
 # (dataset, critic, loss) -> recipe, where a loss trains otherwise than the dataset's recipe: on
 # MNIST with the ViT critic the relativistic loss takes the study's lead row (docs/performance.md,
-# "What exactness buys"; docs/trainer.md: the default run's time and quality). Not with the conv
-# critic: there the row stuck at one class in one of the study's seeds.
+# "What exactness buys"; docs/trainer.md: the default run's time and quality, and why the conv
+# critic keeps its own recipe).
 LOSS_RECIPES = {("mnist", "vit", "relativistic"): _r3gan(MNIST_VIT, steps=600)}
 
 
