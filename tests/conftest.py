@@ -21,6 +21,8 @@ if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
 import pytest
 from hypothesis import HealthCheck, settings
 
+pytest_plugins = ["crash_reports"]
+
 settings.register_profile(
     "default",
     deadline=None,

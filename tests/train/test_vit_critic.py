@@ -248,5 +248,7 @@ def test_train_help_lists_the_critic_flag(capsys, monkeypatch):
         main(["train", "--help"])
     text = capsys.readouterr().out
     assert "--critic {conv,vit}" in text and "(default: conv)" in text
-    # the usage line, the option, and --vit-patch's help naming the critic it shapes
-    assert text.count("--critic") == 3
+    # the usage line, the option, and the helps that name the critic they shape: --vit-patch's and
+    # --loss's (its recipe for the ViT on mnist)
+    assert text.count("--critic") == 4
+    assert "patch side of --critic vit" in text and "on mnist with --critic vit" in text
