@@ -22,6 +22,7 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     attention/jvp_memory.json          a transformer block's JVP memory (recipes.md)
     attention/sequence_memory.json     split tokens' memory per CPU device, ring and gather
     attention/sequence_memory_tpu.json the same R1 program per v5e chip (compile-only)
+    attention/ring_overlap.json        what runs beside the ring's transfers on v5e (compile-only)
     attention/auto_cpu.json            with attention_tpu.json, gpu/: what attention's "auto" runs
     gpu/attention_gpu*.json            the long ViT's steps through each attention on an H200
     gpu/gpu_bandwidth.md               the penalty's Triton kernel against XLA on an H200
@@ -594,6 +595,13 @@ def attention_sequence_memory_tpu(results):
     return sequence_memory.tpu_table(_json_in(results.dir, "attention/sequence_memory_tpu.json"))
 
 
+def attention_ring_overlap(results):
+    """performance.md's table of the ring's transfers by what XLA:TPU schedules beside them."""
+    from benchmarks.attention import ring_overlap
+
+    return ring_overlap.table(_json_in(results.dir, "attention/ring_overlap.json"))
+
+
 def attention_sequence_memory_headline(results):
     """README's sentence on the ring's memory per device."""
     from benchmarks.attention import sequence_memory
@@ -683,6 +691,7 @@ BLOCKS = {
     "exactness-recipe-runs": exactness_recipe_runs,
     "attention-sequence-memory-tpu": attention_sequence_memory_tpu,
     "attention-sequence-memory-headline": attention_sequence_memory_headline,
+    "attention-ring-overlap": attention_ring_overlap,
     "attention-auto": attention_auto,
     "attention-gpu": attention_gpu,
     "gpu-bandwidth": gpu_bandwidth,
@@ -743,6 +752,7 @@ SOURCES = {
     "attention-sequence-memory": ("attention/sequence_memory.json",),
     "attention-sequence-memory-tpu": ("attention/sequence_memory_tpu.json",),
     "attention-sequence-memory-headline": ("attention/sequence_memory.json",),
+    "attention-ring-overlap": ("attention/ring_overlap.json",),
     "attention-auto": ("attention/attention_tpu.json", "attention/auto_cpu.json", *GPU_ATTENTION),
     "attention-gpu": GPU_ATTENTION,
     "gpu-bandwidth": ("gpu/gpu_bandwidth.md",),

@@ -7,6 +7,7 @@
     figures(compiled)               -> dict: flops, bytes, copies, async copies, memory, kernels,
                                        loops
     count_copies(hlo_text)          -> {"copy": n, "copy-start": m} outside fused computations
+    transfers(hlo_text)             -> each collective-permute and what runs while it is in flight
     is_out_of_memory(error)         -> whether a compile failed for want of HBM
     roofline_s(figures, generation) -> max(flops / peak flops, bytes / HBM bandwidth), seconds
 
@@ -112,6 +113,46 @@ def count_copies(hlo_text: str) -> dict[str, int]:
     return counts
 
 
+class Transfer(NamedTuple):
+    """One asynchronous collective-permute of a scheduled program: the computation it is in, and
+    the Mosaic kernels and fusions scheduled between its start and its done."""
+
+    computation: str
+    kernels: int
+    fusions: int
+
+
+def transfers(hlo_text: str) -> list[Transfer]:
+    """Every ``collective-permute-start`` of a compiled (scheduled) program, in program order,
+    with what runs while it is in flight: the instructions between it and its ``-done``."""
+    found, current, body = [], "", []
+
+    def scan() -> None:
+        for i, line in enumerate(body):
+            if " collective-permute-start(" not in line:
+                continue
+            name = line.split(" = ")[0].removeprefix("ROOT ")
+            done = next(
+                j
+                for j in range(i + 1, len(body))
+                if " collective-permute-done(" in body[j] and f"{name})" in body[j]
+            )
+            between = body[i + 1 : done]
+            kernels = sum('custom_call_target="tpu_custom_call"' in b for b in between)
+            fusions = sum(" fusion(" in b for b in between)
+            found.append(Transfer(current, kernels, fusions))
+
+    for line in hlo_text.splitlines():
+        match = _COMPUTATION.match(line)
+        if match:
+            scan()
+            current, body = match.group(1), []
+        else:
+            body.append(line.strip())
+    scan()
+    return found
+
+
 def figures(compiled: Any) -> dict[str, Any]:
     """The cost and memory analyses of a compiled program, and its copies (see the module)."""
     cost = compiled.cost_analysis()
@@ -154,6 +195,7 @@ __all__ = [
     "CHIPS",
     "TOPOLOGIES",
     "Chip",
+    "Transfer",
     "compile_for",
     "count_copies",
     "figures",
@@ -161,4 +203,5 @@ __all__ = [
     "roofline_s",
     "tpu_device",
     "tpu_devices",
+    "transfers",
 ]

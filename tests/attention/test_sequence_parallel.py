@@ -265,6 +265,24 @@ def test_the_ring_programs_pass_blocks_and_gather_nothing():
         assert len(set(channels)) == len(channels), (name, channels)
 
 
+@pytest.mark.aot
+def test_the_ring_sends_each_block_while_a_kernel_runs_on_tpu():
+    """Compiled for v5e (4 chips, the tokens split over all): in XLA:TPU's schedule every block
+    and every key-side sum that the gradient's step loops send is in flight while a Mosaic kernel
+    runs, and no transfer of the gradient or the R1 program waits with nothing beside it. A ring
+    whose send waited on the step's kernel (or whose kernel waited on the send) fails here."""
+    from benchmarks.attention.ring_overlap import compiled_ring, overlap
+
+    found = {
+        name: overlap(compiled.as_text())
+        for name, compiled in compiled_ring("v5e:2x2", 8192, 4).items()
+    }
+    loops = found["gradient"]["loops"]
+    assert loops["kernel"] >= 6 and loops["fusions"] == loops["exposed"] == 0, found
+    for name, counts in found.items():
+        assert all(c["exposed"] == 0 for c in counts.values()), (name, counts)
+
+
 def test_the_all_gather_gathers_only_keys_values_and_the_mask():
     """The forward gathers k, v and the key mask (3 all-gathers); the VJP adds none: each
     device's g_k and g_v parts are reduce-scattered back to their shards."""

@@ -35,6 +35,35 @@ ENTRY %main (a: f32[8]) -> f32[8] {
 """
 
 
+PERMUTES = """\
+%loop_body (p: bf16[8]) -> bf16[8] {
+  %p = bf16[8]{0} parameter(0)
+  %collective-permute-start = (bf16[8]{0}, bf16[8]{0}) collective-permute-start(%p), channel_id=1
+  %custom-call = bf16[8]{0} custom-call(%p), custom_call_target="tpu_custom_call"
+  %collective-permute-start.1 = (bf16[8]{0}, bf16[8]{0}) collective-permute-start(%p), channel_id=2
+  %collective-permute-done = bf16[8]{0} collective-permute-done(%collective-permute-start)
+  %fusion = bf16[8]{0} fusion(%p), kind=kLoop, calls=%fused_computation.1
+  ROOT %collective-permute-done.1 = bf16[8]{0} collective-permute-done(%collective-permute-start.1)
+}
+
+ENTRY %main (a: bf16[8]) -> bf16[8] {
+  %a = bf16[8]{0} parameter(0)
+  %collective-permute-start.2 = (bf16[8]{0}, bf16[8]{0}) collective-permute-start(%a), channel_id=3
+  ROOT %collective-permute-done.2 = bf16[8]{0} collective-permute-done(%collective-permute-start.2)
+}
+"""
+
+
+def test_transfers_pair_each_start_with_its_own_done():
+    """Each permute sees what lies between its start and its own done (the second start's done
+    comes after a fusion, the first's before it), per computation."""
+    assert cf.transfers(PERMUTES) == [
+        cf.Transfer("%loop_body", kernels=1, fusions=0),
+        cf.Transfer("%loop_body", kernels=0, fusions=1),
+        cf.Transfer("%main", kernels=0, fusions=0),
+    ]
+
+
 def test_copies_count_ops_of_their_own_not_fusion_roots():
     # copy.2 (a loop body's op) and copy.3 run as ops, copy.1 is a fusion's root.
     assert cf.count_copies(HLO) == {"copy": 2, "copy-start": 1}
