@@ -54,11 +54,26 @@ def register_kernel_backend(backend: str, impls: Callable[[str, Config], Impl]) 
     _KERNEL_IMPLS[backend] = impls
 
 
+@functools.cache
 def _one_device(name: str, config: Config) -> Impl:
+    """Pass ``name`` on one device's arrays, one inlined ``jax.jit`` per (pass, config): equal
+    calls (a critic's layers, a ring's steps) are traced once. TPU interpret mode runs unjitted (it
+    does not lower under ``jax.jit``, JAX 0.10.2)."""
     if config.backend == "xla":
         fn = xla.PASSES[name]
-        return lambda *args: fn(*args, config=config)
-    return _KERNEL_IMPLS[config.backend](name, config)
+        impl: Impl = lambda *args: fn(*args, config=config)
+    else:
+        impl = _KERNEL_IMPLS[config.backend](name, config)
+    return impl if config.backend == "tpu-interpret" else jax.jit(impl, inline=True)
+
+
+@functools.cache
+def _lowered(name: str, config: Config) -> Impl:
+    """Pass ``name`` as lowered into a program: off a ring, one ``jax.jit`` per (pass, config),
+    so that equal calls share one lowered body; on a ring, inline at every call, so that each
+    call's collectives get channels of their own."""
+    impl = _impl(name, config)
+    return impl if config.ring is not None or config.backend == "tpu-interpret" else jax.jit(impl)
 
 
 def _impl(name: str, config: Config) -> Impl:
@@ -79,8 +94,8 @@ def _new_primitive(name: str) -> Primitive:
     prim.def_impl(lambda *args, config: _impl(name, config)(*args))
     mlir.register_lowering(
         prim,
-        mlir.lower_fun(lambda *args, config: _impl(name, config)(*args), multiple_results=True),
-        cacheable=False,  # a ring's collectives get channels of their own at every call
+        mlir.lower_fun(lambda *args, config: _lowered(name, config)(*args), multiple_results=True),
+        cacheable=False,  # see _lowered
     )
     return prim
 

@@ -60,7 +60,10 @@ def critic(p, x, seq=None, model=None, fsdp=None):
     start = 0 if seq is None else lax.axis_index(seq) * t
     h = x @ p["embed"] + lax.dynamic_slice_in_dim(p["pos"], start, t)
     q, k, v = (jnp.einsum("btc,chd->bthd", h, p["qkv"][:, i]) for i in range(3))
-    o = fastgp.attention(q, k, v, is_causal=True, sample_axis_name=seq)
+    # split tokens: the gather inside shard_map, the ring (the default) under explicit axes; the
+    # ring in shard_map under the penalty is test_sequence_parallel.py's critic test
+    scheme = "all-gather" if seq is not None else "ring"
+    o = fastgp.attention(q, k, v, is_causal=True, sample_axis_name=seq, sequence_parallel=scheme)
     out = jnp.einsum("bthd,hdc->btc", o, p["out"])
     if model is not None:
         out = lax.psum(out, model)
