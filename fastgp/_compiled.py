@@ -125,7 +125,8 @@ class Transfer(NamedTuple):
 def transfers(hlo_text: str) -> list[Transfer]:
     """Every ``collective-permute-start`` of a compiled (scheduled) program, in program order,
     with what runs while it is in flight: the instructions between it and its ``-done``."""
-    found, current, body = [], "", []
+    found: list[Transfer] = []
+    current, body = "", list[str]()
 
     def scan() -> None:
         for i, line in enumerate(body):

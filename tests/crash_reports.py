@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,7 +46,7 @@ def _condensed(lines: list[str]) -> list[str]:
     return [lines[0], *fatal, *lines[start : min(end, start + 17)], f"(and {others} other threads)"]
 
 
-def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+def pytest_terminal_summary(terminalreporter: Any) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER") or _FOLDER not in os.environ:
         return
     folder = Path(os.environ[_FOLDER])

@@ -26,6 +26,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import fastgp
+from fastgp._attention.sequence import Scheme
 from oracles import to64, value_grad_hvp
 
 B, T, C, WIDTH, HEADS = 8, 16, 4, 8, 2
@@ -62,7 +63,7 @@ def critic(p, x, seq=None, model=None, fsdp=None):
     q, k, v = (jnp.einsum("btc,chd->bthd", h, p["qkv"][:, i]) for i in range(3))
     # split tokens: the gather inside shard_map, the ring (the default) under explicit axes; the
     # ring in shard_map under the penalty is test_sequence_parallel.py's critic test
-    scheme = "all-gather" if seq is not None else "ring"
+    scheme: Scheme = "all-gather" if seq is not None else "ring"
     o = fastgp.attention(q, k, v, is_causal=True, sample_axis_name=seq, sequence_parallel=scheme)
     out = jnp.einsum("bthd,hdc->btc", o, p["out"])
     if model is not None:
