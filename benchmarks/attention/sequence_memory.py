@@ -1,6 +1,7 @@
 """Sequence-parallel attention's memory per device: the ring against the all-gather.
 
     python -m benchmarks.attention.sequence_memory [--tokens 4096 16384] [--shards 2 4 8]
+        [--repeats 3]
     -> benchmarks/results/attention/sequence_memory.{json,md}
     python -m benchmarks.attention.sequence_memory --topology v5e:4x4 [--tokens 65536 262144]
         [--shards 1 4 8 16]
@@ -13,8 +14,8 @@ Each is compiled for one CPU device holding everything, and with the tokens spli
 inside ``shard_map`` (``sample_axis_name``) and under explicit axes, with ``sequence_parallel``
 "ring" and "all-gather". The figure is the compiled program's temporaries per device (XLA's
 memory analysis) over one device's, set beside 1/n; the collectives in each program; and the
-fastest of three runs of each on this machine's simulated devices (all on the same cores, so the
-times compare the schemes with each other, not with one device).
+fastest of ``--repeats`` runs of each on this machine's simulated devices (all on the same cores,
+so the times compare the schemes with each other, not with one device; 0: compile only).
 
 With ``--topology``, the R1 program in bfloat16 with ``backend="pallas"`` (the Mosaic kernels in
 every ring step) is compiled for the chips of a TPU slice through libtpu's compile-only client,
@@ -80,20 +81,19 @@ def _collectives(text: str) -> dict[str, int]:
 
 def measure(program: Any, *args: jax.Array, repeats: int = 3) -> dict[str, Any]:
     """The compiled program's temporaries and collectives, and the fastest of ``repeats`` runs
-    after a warm-up (seconds)."""
+    after a warm-up (seconds; none when ``repeats`` is 0)."""
     compiled = jax.jit(program).lower(*args).compile()
     figures = cf.figures(compiled)
+    row = {"temp": figures["temp"], "collectives": _collectives(compiled.as_text() or "")}
+    if repeats == 0:
+        return row
     jax.block_until_ready(compiled(*args))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - start)
-    return {
-        "temp": figures["temp"],
-        "collectives": _collectives(compiled.as_text() or ""),
-        "seconds": min(times),
-    }
+    return row | {"seconds": min(times)}
 
 
 def sharded_attention(n: int, mode: str, scheme: Scheme) -> tuple[Any, Any]:
@@ -113,13 +113,13 @@ def sharded_attention(n: int, mode: str, scheme: Scheme) -> tuple[Any, Any]:
     return fn, (mesh, spec)
 
 
-def run(tokens: int, shards: list[int]) -> list[dict[str, Any]]:
+def run(tokens: int, shards: list[int], repeats: int = 3) -> list[dict[str, Any]]:
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     args = [jax.random.normal(key, (BATCH, tokens, HEADS, HEAD_DIM)) for key in keys]
     one = lambda q, k, v: fastgp.attention(q, k, v, backend="xla")
     rows = []
     for name, program in programs(one).items():
-        base = measure(program, *args)
+        base = measure(program, *args, repeats=repeats)
         rows.append({"tokens": tokens, "program": name, "shards": 1, **base})
         for n in shards:
             for mode in ("shard_map", "explicit"):
@@ -129,9 +129,9 @@ def run(tokens: int, shards: list[int]) -> list[dict[str, Any]]:
                     sharded = programs(fn)[name]
                     if mode == "explicit":
                         with jax.set_mesh(mesh):
-                            got = measure(sharded, *placed)
+                            got = measure(sharded, *placed, repeats=repeats)
                     else:
-                        got = measure(sharded, *placed)
+                        got = measure(sharded, *placed, repeats=repeats)
                     row = {"tokens": tokens, "program": name, "shards": n, "mode": mode}
                     row |= {"scheme": scheme, **got, "of_one": got["temp"] / base["temp"]}
                     print(row, flush=True)
@@ -308,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+")
     parser.add_argument("--shards", type=int, nargs="+")
     parser.add_argument("--topology", help="a TPU slice to compile for, e.g. v5e:4x4")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed runs per CPU program (0: compile only)"
+    )
     args = parser.parse_args(argv)
     invocation = sys.argv[1:] if argv is None else list(argv)
     if args.topology:
@@ -317,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         records.write(OUT_TPU, {**result, "rows": rows}, tpu_markdown)
         return 0
     tokens, shards = args.tokens or [4096, 16384], args.shards or [2, 4, 8]
-    rows = [row for t in tokens for row in run(t, shards)]
+    rows = [row for t in tokens for row in run(t, shards, args.repeats)]
     result = {"argv": invocation, **records.provenance(), "rows": rows}
     records.write(OUT, result, markdown)
     return 0
