@@ -72,10 +72,10 @@ def fresh_tpu_interpret_state():
 
 @pytest.fixture(autouse=True, scope="module")
 def fresh_compilation_caches():
-    """Each test module starts with JAX's caches of traced and compiled programs empty. Every
-    compiled XLA:CPU program holds memory mappings of its own, and a worker that keeps them all
-    reaches Linux's limit per process (vm.max_map_count, 65,530): mmap fails inside a later
-    compile, which segfaults (a worker's mappings measured at 64,639 when it did)."""
+    """Each test module starts with JAX's caches of traced and compiled programs empty: every
+    compiled XLA:CPU program holds memory mappings of its own, and a worker that kept them all
+    would reach Linux's limit per process (vm.max_map_count), where a compile's mmap fails and XLA
+    segfaults (docs/development.md)."""
     jax.clear_caches()
     yield
 

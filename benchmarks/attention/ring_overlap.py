@@ -22,40 +22,15 @@ from typing import Any
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 import benchmarks
-import fastgp
 from benchmarks import records
-from benchmarks.attention.sequence_memory import HEAD_DIM, HEADS_TPU, programs
+from benchmarks.attention.sequence_memory import HEAD_DIM, HEADS_TPU, tpu_compiled
 from benchmarks.tables import markdown_table
 from fastgp import _compiled as cf
 
 OUT = benchmarks.RESULTS / "attention" / "ring_overlap"
-
-
-def compiled_ring(topology: str, tokens: int, n: int) -> dict[str, Any]:
-    """{program name: its compiled ring program on ``topology``, tokens over n chips}."""
-    devices = np.array(cf.tpu_devices(topology))
-    mesh = Mesh(devices.reshape(devices.size // n, n), ("data", "seq"))
-    spec = P("data", "seq")
-    x = jax.ShapeDtypeStruct(
-        (devices.size // n, tokens, HEADS_TPU, HEAD_DIM),
-        jnp.bfloat16,
-        sharding=NamedSharding(mesh, spec),
-    )
-    local = lambda q, k, v: fastgp.attention(
-        q, k, v, backend="pallas", sample_axis_name="seq", sequence_parallel="ring"
-    )
-    fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
-    return {
-        name: jax.jit(program).lower(x, x, x).compile()
-        for name, program in programs(lambda q, k, v: fn(q, k, v).astype(jnp.float32)).items()
-    }
+PROGRAMS = ("gradient", "reverse-over-forward")
 
 
 def overlap(text: str) -> dict[str, dict[str, int]]:
@@ -71,7 +46,7 @@ def overlap(text: str) -> dict[str, dict[str, int]]:
 def run(topology: str, tokens: int, shards: list[int]) -> list[dict[str, Any]]:
     rows = []
     for n in shards:
-        for name, compiled in compiled_ring(topology, tokens, n).items():
+        for name, compiled in tpu_compiled(topology, tokens, n, "ring", PROGRAMS).items():
             row = {"topology": topology, "tokens": tokens, "shards": n, "program": name}
             row |= overlap(compiled.as_text() or "")
             print(row, flush=True)

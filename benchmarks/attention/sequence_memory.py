@@ -238,28 +238,38 @@ def markdown(result: dict[str, Any]) -> str:
     )
 
 
-def tpu_rows(topology: str, tokens: int, shards: list[int]) -> list[dict[str, Any]]:
-    """The R1 program per chip of ``topology`` for each n and scheme (see the module)."""
+def tpu_compiled(
+    topology: str, tokens: int, n: int, scheme: Scheme, names: tuple[str, ...]
+) -> dict[str, Any]:
+    """{name: the program of :func:`programs` compiled for ``topology``'s chips}: bfloat16,
+    ``backend="pallas"``, inside ``shard_map`` over a (data, seq) = (chips / n, n) mesh, one
+    sample per data shard, the tokens split over "seq" by ``scheme``."""
     import numpy as np
     from jax.sharding import Mesh
 
     devices = np.array(cf.tpu_devices(topology))
+    mesh = Mesh(devices.reshape(devices.size // n, n), ("data", "seq"))
+    spec = P("data", "seq")
+    x = jax.ShapeDtypeStruct(
+        (devices.size // n, tokens, HEADS_TPU, HEAD_DIM),
+        jnp.bfloat16,
+        sharding=NamedSharding(mesh, spec),
+    )
+    local = lambda q, k, v: fastgp.attention(
+        q, k, v, backend="pallas", sample_axis_name="seq", sequence_parallel=scheme
+    )
+    fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
+    chosen = programs(lambda q, k, v: fn(q, k, v).astype(jnp.float32))
+    return {name: jax.jit(chosen[name]).lower(x, x, x).compile() for name in names}
+
+
+def tpu_rows(topology: str, tokens: int, shards: list[int]) -> list[dict[str, Any]]:
+    """The R1 program per chip of ``topology`` for each n and scheme (see the module)."""
     rows = []
     for n in shards:
-        mesh = Mesh(devices.reshape(devices.size // n, n), ("data", "seq"))
-        spec = P("data", "seq")
-        x = jax.ShapeDtypeStruct(
-            (devices.size // n, tokens, HEADS_TPU, HEAD_DIM),
-            jnp.bfloat16,
-            sharding=NamedSharding(mesh, spec),
-        )
         for scheme in ("ring", "all-gather") if n > 1 else ("ring",):
-            local = lambda q, k, v, scheme=scheme: fastgp.attention(
-                q, k, v, backend="pallas", sample_axis_name="seq", sequence_parallel=scheme
-            )
-            fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
-            program = programs(lambda q, k, v, fn=fn: fn(q, k, v).astype(jnp.float32))
-            compiled = jax.jit(program["reverse-over-forward"]).lower(x, x, x).compile()
+            name = "reverse-over-forward"
+            compiled = tpu_compiled(topology, tokens, n, scheme, (name,))[name]
             figures = cf.figures(compiled)
             row = {"topology": topology, "tokens": tokens, "shards": n, "scheme": scheme}
             row |= {"peak": figures["peak"], "temp": figures["temp"]}

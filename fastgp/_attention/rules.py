@@ -57,14 +57,14 @@ def register_kernel_backend(backend: str, impls: Callable[[str, Config], Impl]) 
 @functools.cache
 def _one_device(name: str, config: Config) -> Impl:
     """Pass ``name`` on one device's arrays, one inlined ``jax.jit`` per (pass, config): equal
-    calls (a critic's layers, a ring's steps) are traced once. TPU interpret mode runs unjitted (it
-    does not lower under ``jax.jit``, JAX 0.10.2)."""
+    calls (a critic's layers, a ring's steps) are traced once; unjitted where
+    :func:`_jittable` says no."""
     if config.backend == "xla":
         fn = xla.PASSES[name]
         impl: Impl = lambda *args: fn(*args, config=config)
     else:
         impl = _KERNEL_IMPLS[config.backend](name, config)
-    return impl if config.backend == "tpu-interpret" else jax.jit(impl, inline=True)
+    return jax.jit(impl, inline=True) if _jittable(config) else impl
 
 
 @functools.cache
@@ -73,7 +73,12 @@ def _lowered(name: str, config: Config) -> Impl:
     so that equal calls share one lowered body; on a ring, inline at every call, so that each
     call's collectives get channels of their own."""
     impl = _impl(name, config)
-    return impl if config.ring is not None or config.backend == "tpu-interpret" else jax.jit(impl)
+    return jax.jit(impl) if config.ring is None and _jittable(config) else impl
+
+
+def _jittable(config: Config) -> bool:
+    """Whether the backend's passes lower under ``jax.jit`` (TPU interpret mode does not)."""
+    return config.backend != "tpu-interpret"
 
 
 def _impl(name: str, config: Config) -> Impl:

@@ -271,11 +271,12 @@ def test_the_ring_sends_each_block_while_a_kernel_runs_on_tpu():
     and every key-side sum that the gradient's step loops send is in flight while a Mosaic kernel
     runs, and no transfer of the gradient or the R1 program waits with nothing beside it. A ring
     whose send waited on the step's kernel (or whose kernel waited on the send) fails here."""
-    from benchmarks.attention.ring_overlap import compiled_ring, overlap
+    from benchmarks.attention.ring_overlap import PROGRAMS, overlap
+    from benchmarks.attention.sequence_memory import tpu_compiled
 
     found = {
         name: overlap(compiled.as_text())
-        for name, compiled in compiled_ring("v5e:2x2", 8192, 4).items()
+        for name, compiled in tpu_compiled("v5e:2x2", 8192, 4, "ring", PROGRAMS).items()
     }
     loops = found["gradient"]["loops"]
     assert loops["kernel"] >= 6 and loops["fusions"] == loops["exposed"] == 0, found
