@@ -11,11 +11,12 @@ Two programs of ``fastgp.attention(q, k, v)`` on B = 2 samples, 2 heads of 64, f
 blockwise loops: the gradient of ``sum(o ** 2)`` in (q, k, v), and the reverse-over-forward
 program of an exact R1 (the gradient of ``sum(jvp(attention, (q, k, v), (q, k, v))[1] ** 2)``).
 Each is compiled for one CPU device holding everything, and with the tokens split over n devices:
-inside ``shard_map`` (``sample_axis_name``) and under explicit axes, with ``sequence_parallel``
-"ring" and "all-gather". The figure is the compiled program's temporaries per device (XLA's
-memory analysis) over one device's, set beside 1/n; the collectives in each program; and the
-fastest of ``--repeats`` runs of each on this machine's simulated devices (all on the same cores,
-so the times compare the schemes with each other, not with one device; 0: compile only).
+inside ``shard_map`` (``sample_axis_name``), under explicit axes and under Auto ``jax.jit`` (the
+arrays' shardings alone), with ``sequence_parallel`` "ring" and "all-gather". The figure is the
+compiled program's temporaries per device (XLA's memory analysis) over one device's, set beside
+1/n; the collectives in each program; and the fastest of ``--repeats`` runs of each on this
+machine's simulated devices (all on the same cores, so the times compare the schemes with each
+other, not with one device; 0: compile only).
 
 With ``--topology``, the R1 program in bfloat16 with ``backend="pallas"`` (the Mosaic kernels in
 every ring step) is compiled for the chips of a TPU slice through libtpu's compile-only client,
@@ -52,6 +53,7 @@ OUT = benchmarks.RESULTS / "attention" / "sequence_memory"
 OUT_TPU = benchmarks.RESULTS / "attention" / "sequence_memory_tpu"
 BATCH, HEADS, HEAD_DIM = 2, 2, 64
 HEADS_TPU = 4  # the long ViT critic's
+MODES = ("shard_map", "explicit", "auto jit")
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
 
 
@@ -106,8 +108,9 @@ def sharded_attention(n: int, mode: str, scheme: Scheme) -> tuple[Any, Any]:
             q, k, v, backend="xla", sample_axis_name="seq", sequence_parallel=scheme
         )
         fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
-    else:
-        mesh = jax.make_mesh((n,), ("seq",), axis_types=(AxisType.Explicit,), devices=devices)
+    else:  # explicit axes, or Auto jax.jit: the arrays' shardings say the split
+        types = AxisType.Explicit if mode == "explicit" else AxisType.Auto
+        mesh = jax.make_mesh((n,), ("seq",), axis_types=(types,), devices=devices)
         spec = P(None, "seq")
         fn = lambda q, k, v: fastgp.attention(q, k, v, backend="xla", sequence_parallel=scheme)
     return fn, (mesh, spec)
@@ -122,7 +125,7 @@ def run(tokens: int, shards: list[int], repeats: int = 3) -> list[dict[str, Any]
         base = measure(program, *args, repeats=repeats)
         rows.append({"tokens": tokens, "program": name, "shards": 1, **base})
         for n in shards:
-            for mode in ("shard_map", "explicit"):
+            for mode in MODES:
                 for scheme in SCHEMES:
                     fn, (mesh, spec) = sharded_attention(n, mode, scheme)
                     placed = [jax.device_put(x, NamedSharding(mesh, spec)) for x in args]
@@ -150,7 +153,7 @@ def _ratios(result: dict[str, Any]) -> dict[tuple, float]:
 
 def table(result: dict[str, Any]) -> list[str]:
     """docs/performance.md's table: per T, program and n, each scheme's temporaries per device
-    over one device's, in shard_map and under explicit axes, beside 1/n."""
+    over one device's, in shard_map, under explicit axes and under Auto jax.jit, beside 1/n."""
     ratios = _ratios(result)
     seconds = {
         (r["tokens"], r["program"], r["shards"], r["mode"], r["scheme"]): r.get("seconds")
@@ -158,16 +161,13 @@ def table(result: dict[str, Any]) -> list[str]:
         if r["shards"] > 1
     }
     keys = sorted({key[:3] for key in ratios})
+    modes = [m for m in MODES if any(key[3] == m for key in ratios)]  # older records: two
+    splits = [(s, m) for s in SCHEMES for m in modes]
     cells = [
         [f"{t:,}", program, n, f"{1 / n:.3f}"]
-        + [
-            f"{ratios[(t, program, n, mode, scheme)]:.3f}"
-            for scheme in ("ring", "all-gather")
-            for mode in ("shard_map", "explicit")
-        ]
+        + [f"{ratios[(t, program, n, mode, scheme)]:.3f}" for scheme, mode in splits]
         for t, program, n in keys
     ]
-    splits = [(s, m) for s in ("ring", "all-gather") for m in ("shard_map", "explicit")]
     head = ["T", "program", "n", "1 / n"] + [f"{scheme} ({mode})" for scheme, mode in splits]
     if all("seconds" in r for r in result["rows"]):  # records before the clock have none
         head.append("ring s / gather s (shard_map)")

@@ -11,6 +11,7 @@
     sequence.py   the token axis split over devices: the ring or the all-gather
     ring.py       every pass as ring steps over the devices' key blocks
     permute.py    the ring's hop: ppermute on a channel of its own
+    partitioned.py  Auto-sharded jax.jit: each pass custom-partitioned, split tokens on the ring
     zigzag.py     the load-balanced token layout of causal sequence parallelism
     binding.py    the primitives on the Pallas kernels of ``fastgp.kernels.attention`` (Mosaic on
                   TPU, Triton on GPU)

@@ -10,8 +10,9 @@ lets query i see keys j <= i. A query with no key to attend to gets zeros.
 
 The forward, its JVP, its VJP and every higher derivative run blockwise over key blocks: no
 T_q x T_k array is written to memory (``fastgp._attention.rules``). With the token axis split over
-devices (``sample_axis_name`` inside ``shard_map``, or explicit axes) each device keeps its
-queries and gathers the keys and values (``fastgp._attention.sequence``). Flax's
+devices (``sample_axis_name`` inside ``shard_map``, explicit axes, or an Auto-sharded
+``jax.jit``) each device keeps its queries and the key and value blocks go around a ring, or are
+gathered (``fastgp._attention.sequence``, ``fastgp._attention.partitioned``). Flax's
 ``attention_fn`` keywords are named in the signature, so ``nnx.MultiHeadAttention`` and Linen's
 ``MultiHeadDotProductAttention`` pass them; dropout on the attention weights and a bias are
 refused.
@@ -24,9 +25,9 @@ import jax.numpy as jnp
 
 from fastgp import _backends as backends
 from fastgp._attention import sequence, sharding
+from fastgp._attention.config import SCHEMES, Scheme
 from fastgp._attention.padded import attend
-from fastgp._attention.ring import Layout
-from fastgp._attention.sequence import Scheme
+from fastgp._attention.ring import LAYOUTS, Layout
 from fastgp._sharding import mode_of, spec_of
 from fastgp._typing import AxisName
 from fastgp.distributed import collective_axes
@@ -177,9 +178,29 @@ def _split_or_local(
         return sequence.in_shard_map(q, k, v, key_mask, axes, causal=causal, **split, **options)
     if mode_of(q, "fastgp.attention") == "explicit" and spec_of(q)[1] is not None:
         return sequence.explicit(q, k, v, key_mask, causal=causal, **split, **options)
+    _check_unsplit(split, causal)
     if key_mask is None:
         key_mask = jnp.ones((q.shape[0], k.shape[1]), bool)
-    return attend(q, k, v, key_mask, causal=causal, **options)
+    return attend(q, k, v, key_mask, causal=causal, scheme=split["scheme"], **options)
+
+
+def _check_unsplit(split: dict[str, Any], causal: bool) -> None:
+    """The scheme and layout are known; a zigzag layout is refused where the arrays are the whole
+    sequence in order (one device, or an Auto-sharded program, whose ring is contiguous)."""
+    for keyword, value, known in (
+        ("sequence_parallel", split["scheme"], SCHEMES),
+        ("sequence_layout", split["layout"], LAYOUTS),
+    ):
+        if value not in known:
+            raise ValueError(f"fastgp.attention: {keyword}={value!r} is not one of {known}")
+    if causal and split["layout"] == "zigzag":
+        raise ValueError(
+            "fastgp.attention: sequence_layout='zigzag' says how each device holds its tokens "
+            "inside shard_map (sample_axis_name) or under explicit axes with the tokens sharded; "
+            "here q, k and v are the whole sequence in order, so causal masking would be wrong. "
+            "Pass the tokens in order with sequence_layout='contiguous' (an Auto-sharded "
+            "program splits them over the ring contiguously), or split them in one of those ways."
+        )
 
 
 # The largest head dim (D and Dv) the Triton kernels were checked with on a GPU.

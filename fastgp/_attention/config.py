@@ -1,9 +1,13 @@
 """The static parameters of one attention call, held once for every pass and backend."""
 
 import dataclasses
+from typing import Literal
 
 from fastgp._attention.ring import Ring
 from fastgp._typing import Backend
+
+Scheme = Literal["ring", "all-gather"]
+SCHEMES: tuple[Scheme, ...] = ("ring", "all-gather")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +25,7 @@ class Config:
     backend: Backend = "xla"
     q_offset: int = 0
     ring: Ring | None = None
+    scheme: Scheme = "ring"
 
 
-__all__ = ["Config"]
+__all__ = ["SCHEMES", "Config", "Scheme"]

@@ -1,6 +1,7 @@
 """One device's attention: the bhtd layout, padding to whole blocks, and the primitives' call.
 
-    attend(q, k, v, key_mask, *, scale, causal, backend, q_offset=0, ring=None) -> (B, Tq, H, Dv)
+    attend(q, k, v, key_mask, *, scale, causal, backend, q_offset=0, ring=None, scheme="ring")
+        -> (B, Tq, H, Dv)
 
 q (B, Tq, H, D), k (B, Tk, H, D), v (B, Tk, H, Dv) and the (B, Tk) bool key mask, checked by
 the caller; ``backend`` is resolved ("xla" or a kernel backend). ``q_offset`` is the first query's
@@ -16,7 +17,7 @@ from einops import rearrange
 
 from fastgp._attention import rules
 from fastgp._attention.binding import blocks as kernel_blocks
-from fastgp._attention.config import Config
+from fastgp._attention.config import Config, Scheme
 from fastgp._attention.ring import Ring
 from fastgp._typing import Backend
 from fastgp.kernels.tiling import round_up
@@ -48,10 +49,12 @@ def attend(
     backend: Backend,
     q_offset: int = 0,
     ring: Ring | None = None,
+    scheme: Scheme = "ring",
 ) -> jax.Array:
     """(B, Tq, H, Dv) in q's dtype: the attention of these arrays on this device (see module),
     or with ``ring`` of the whole sequence split over its mesh axes (q, k, v and the mask this
-    device's slice; with the "zigzag" layout its two chunks, each padded to whole blocks)."""
+    device's slice; with the "zigzag" layout its two chunks, each padded to whole blocks).
+    ``scheme``: how an Auto-sharded program attends split tokens (``Config``)."""
     tq, d, tk = q.shape[1], q.shape[3], k.shape[1]
     itemsize = jnp.dtype(q.dtype).itemsize
     if ring is not None and ring.layout == "zigzag":
@@ -73,7 +76,7 @@ def attend(
     else:
         tq_pad, tk_pad = round_up(tq, block_q), round_up(tk, block_k)
     key_mask = jnp.pad(key_mask, ((0, 0), (0, tk_pad - tk)))
-    config = Config(scale, causal, block_q, block_k, backend, q_offset, ring)
+    config = Config(scale, causal, block_q, block_k, backend, q_offset, ring, scheme)
     o, _ = rules.attention_with_lse(
         _padded(q, tq_pad), _padded(k, tk_pad), _padded(v, tk_pad), key_mask, config
     )

@@ -38,11 +38,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax._src.dispatch import prim_requires_devices_during_lowering
+from jax._src.sharding_impls import ShardingContext  # the lowering's sharding context
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jax.sharding import AxisType
 
 from fastgp._attention import ring, xla
 from fastgp._attention.config import Config
+from fastgp._attention.partitioned import partitioned
 from fastgp._attention.sharding import bind_per_device
 
 Impl = Callable[..., tuple[jax.Array, ...]]
@@ -97,12 +101,52 @@ def _new_primitive(name: str) -> Primitive:
     prim = Primitive(f"fastgp_attention_{name}")
     prim.multiple_results = True
     prim.def_impl(lambda *args, config: _impl(name, config)(*args))
-    mlir.register_lowering(
-        prim,
-        mlir.lower_fun(lambda *args, config: _lowered(name, config)(*args), multiple_results=True),
-        cacheable=False,  # see _lowered
-    )
+    mlir.register_lowering(prim, functools.partial(_lowering, name), cacheable=False)
+    prim_requires_devices_during_lowering.add(
+        prim
+    )  # the partitioned lowering's callback needs them
     return prim
+
+
+def _lowering(name: str, ctx: mlir.LoweringRuleContext, *args: Any, config: Config) -> Any:
+    """Pass ``name`` lowered (uncached, see :func:`_lowered`): in an Auto-sharded program over
+    several devices, the XLA backend's pass partitioned by fastgp (``partitioned``)."""
+    if (
+        config.backend == "xla"
+        and config.ring is None
+        and config.scheme == "ring"
+        and _auto_over_devices(ctx)
+    ):
+        fn = _partitioned(name, config, bool(jax.config.read("jax_enable_x64")))
+    else:
+        fn = _lowered(name, config)
+    return mlir.lower_fun(lambda *a, config: fn(*a), multiple_results=True)(
+        ctx, *args, config=config
+    )
+
+
+def _auto_over_devices(ctx: mlir.LoweringRuleContext) -> bool:
+    """Whether this is an Auto-sharded program over several devices (not shard_map's body, not
+    explicit axes) that can carry a partitioning callback: not one for ``jax.export``, and not
+    one for a compile-only TPU client (from a CPU host), which has no custom partitioner."""
+    context = ctx.module_context.axis_context
+    if not isinstance(context, ShardingContext) or context.num_devices < 2:
+        return False
+    if ctx.module_context.lowering_parameters.for_export:
+        return False
+    devices = context.device_assignment or ()
+    if any(d.client.runtime_type == "compile_only_runtime" for d in devices[:1]):
+        return False
+    operand: Any = ctx.avals_in[0]
+    mesh = operand.sharding.mesh
+    return mesh.empty or AxisType.Explicit not in mesh.axis_types
+
+
+@functools.cache
+def _partitioned(name: str, config: Config, x64: bool) -> Impl:
+    key_results = frozenset() if name == "forward" else _key_results(name)
+    key_args = frozenset({1, 2, 3}) if name == "forward" else _key_args(name)
+    return partitioned(functools.partial(_impl, name), config, key_args, key_results, x64)
 
 
 forward_p = _new_primitive("forward")

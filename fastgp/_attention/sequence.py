@@ -19,7 +19,7 @@ Two schemes, each exact to every order:
 """
 
 from collections.abc import Sequence
-from typing import Literal, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 import jax
 import jax.numpy as jnp
@@ -27,15 +27,13 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fastgp._attention.config import SCHEMES, Scheme
 from fastgp._attention.padded import attend
 from fastgp._attention.ring import LAYOUTS, Layout, Ring
 from fastgp._attention.sharding import check_vma_for
 from fastgp._sharding import axes_of, mesh_of, spec_of
 from fastgp._typing import Backend
 from fastgp.distributed import varying_axes
-
-Scheme = Literal["ring", "all-gather"]
-SCHEMES: tuple[Scheme, ...] = ("ring", "all-gather")
 
 
 class Options(TypedDict):

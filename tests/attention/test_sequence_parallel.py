@@ -2,9 +2,9 @@
 
 Every derivative set that test_attention.py checks on one device (value, JVP, VJP, both
 Hessian-vector products, reverse-over-forward), with the tokens sharded inside shard_map
-(``sample_axis_name``) and under explicit axes; causal masking with several query blocks per
-shard; the kernels in interpret mode; the collectives of the compiled program; and an exact R1
-and WGAN-GP through a sequence-parallel transformer critic.
+(``sample_axis_name``), under explicit axes and under Auto ``jax.jit``; causal masking with
+several query blocks per shard; the kernels in interpret mode; the collectives of the compiled
+program; and an exact R1 and WGAN-GP through a sequence-parallel transformer critic.
 """
 
 import functools
@@ -241,12 +241,80 @@ def collectives(fn, *args):
     return found
 
 
-def test_the_ring_programs_pass_blocks_and_gather_nothing():
-    """The ring's forward, VJP and the R1-style reverse-over-forward program: collective-permutes
-    only (the blocks, and in the VJP their g_k and g_v sums), no all-gather of the tokens."""
+def in_auto_jit(mask, causal, **split):
+    """(q, k, v) -> attention as a plain jax.jit sees it: the inputs' shardings say the rest."""
+    return lambda q, k, v: fastgp.attention(
+        q, k, v, mask=mask, is_causal=causal, backend="xla", **split
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_every_derivative_with_the_tokens_split_under_auto_jit(case):
+    """Auto jax.jit, the tokens sharded over "seq" and nothing else said: fastgp partitions each
+    pass itself (the ring), and every derivative set equals one device's."""
+    b, t, h, d, causal, padding = case
+    args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
+    args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
+    assert_same_derivatives(in_auto_jit(mask, causal), naive(mask, causal), args, tangents)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        (2, 96, 64, 4, P("data", "seq", None)),  # cross attention, T_q != T_k
+        (1, 128, 128, 4, P(None, ("data", "seq"), None)),  # the tokens over two mesh axes
+        (1, 64, 64, 4, P(None, "seq", "data")),  # heads split too
+    ],
+    ids=str,
+)
+def test_auto_jit_on_other_meshes(layout):
+    """The ring under Auto jax.jit on a (2, 4) mesh: beside the batch, over both axes, beside
+    the heads; value, VJP and JVP against one device, collective-permutes and no all-gather."""
+    b, tq, tk, h, spec = layout
+    mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Auto,) * 2)
+    (q, k, v), mask, (dq, dk, dv) = inputs(b, tq, tk, h, 8, padding=True)
+    causal = tq == tk
+    fn = in_auto_jit(mask, causal)
+    q, dq = placed(mesh, spec, (q, dq))
+    k, v, dk, dv = placed(mesh, spec, (k, v, dk, dv))
+    assert_same_first_order(fn, naive(mask, causal), (q, k, v), (dq, dk, dv))
+    found = collectives(lambda *a: jax.vjp(fn, *a)[1](jnp.ones(q.shape)), q, k, v)
+    assert "collective-permute" in found and "all-gather" not in found, sorted(found)
+
+
+def test_auto_jit_gathers_tokens_that_do_not_split_into_blocks():
+    """26 tokens a device (no block of a multiple of 8 tiles them), or sequence_parallel=
+    "all-gather": XLA's partitioner gathers the tokens instead of the ring, still exact."""
+    args, mask, tangents = inputs(1, 104, 104, 2, 8, padding=True)
+    args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
+    for fn in (in_auto_jit(mask, True), in_auto_jit(mask, True, sequence_parallel="all-gather")):
+        assert_same_first_order(fn, naive(mask, True), args, tangents)
+        assert "collective-permute" not in collectives(fn, *args)
+    args = placed(seq_mesh(), SEQ, inputs(1, 64, 64, 2, 8)[0])
+    assert "collective-permute" in collectives(in_auto_jit(None, True), *args)
+    gather = in_auto_jit(None, True, sequence_parallel="all-gather")
+    assert "collective-permute" not in collectives(gather, *args)
+
+
+def test_an_exported_auto_jit_program_leaves_the_tokens_to_the_partitioner():
+    """jax.export cannot carry a partitioning callback: an exported program holds no custom
+    partitioning call and runs, exact, where it is called."""
+    args, mask, _ = inputs(1, 64, 64, 2, 8, padding=True)
+    args = placed(seq_mesh(), SEQ, args)
+    fn = jax.jit(in_auto_jit(mask, True))
+    exported = jax.export.export(fn)(*args)
+    assert "CustomSPMDPartitioning" not in exported.mlir_module()
+    assert rel_err(exported.call(*args), naive(mask, True)(*args)) < RTOL
+
+
+@pytest.mark.parametrize("mode", ["shard_map", "auto jit"])
+def test_the_ring_programs_pass_blocks_and_gather_nothing(mode):
+    """The ring's forward, VJP and the R1-style reverse-over-forward program, in shard_map and
+    under Auto jax.jit: collective-permutes only (the blocks, and in the VJP their g_k and g_v
+    sums), no all-gather of the tokens."""
     args, mask, tangents = inputs(2, 64, 64, 2, 16, padding=True)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
-    fn = in_shard_map(mask, True, "xla")
+    fn = in_shard_map(mask, True, "xla") if mode == "shard_map" else in_auto_jit(mask, True)
     ct = jnp.ones((2, 64, 2, 16))
     programs = {
         "forward": fn,
@@ -260,7 +328,7 @@ def test_the_ring_programs_pass_blocks_and_gather_nothing():
         assert set(found) == {"collective-permute"}, (name, sorted(found))
         # each on a channel of its own: XLA:CPU joins concurrent permutes of one channel into one
         # rendezvous, which aborts (tests/penalty/test_layouts.py's explicit sequence-parallel
-        # case did, before)
+        # case did, before); under Auto jit each pass's body is lowered apart
         channels = re.findall(r"channel_id=(\d+)", "\n".join(found["collective-permute"]))
         assert len(set(channels)) == len(channels), (name, channels)
 
@@ -332,6 +400,10 @@ def test_refusals_name_the_problem():
         jax.jit(split("ring", "zig-zag"))(*placed_args)
     with pytest.raises(ValueError, match="zigzag' runs on the ring"):
         jax.jit(split("all-gather", "zigzag"))(*placed_args)
+    with pytest.raises(ValueError, match="zigzag' says how each device holds its tokens"):
+        jax.jit(in_auto_jit(None, True, sequence_layout="zigzag"))(*placed_args)
+    with pytest.raises(ValueError, match="sequence_parallel='rings' is not one of"):
+        jax.jit(in_auto_jit(None, True, sequence_parallel="rings"))(*placed_args)
     odd, _, _ = inputs(1, 12, 12, 1, 8)  # 3 tokens a device
     with pytest.raises(ValueError, match="token count must be even, got 3"):
         jax.jit(split("ring", "zigzag"))(*placed(mesh, SEQ, odd))

@@ -29,7 +29,7 @@ import fastgp
 from fastgp._attention.sequence import Scheme
 from oracles import to64, value_grad_hvp
 
-B, T, C, WIDTH, HEADS = 8, 16, 4, 8, 2
+B, T, C, WIDTH, HEADS = 8, 32, 4, 8, 2
 # The critic in float64 (x64): fastgp.attention's float32 accumulation is the only rounding, 6e-7
 # to 1.1e-6 of the largest entry (2e-6 with the whole critic in float32), within 20% on AVX-512,
 # AVX2, SSE4.2 and one-threaded Eigen: 1e-5 leaves 9x.
@@ -61,8 +61,8 @@ def critic(p, x, seq=None, model=None, fsdp=None):
     start = 0 if seq is None else lax.axis_index(seq) * t
     h = x @ p["embed"] + lax.dynamic_slice_in_dim(p["pos"], start, t)
     q, k, v = (jnp.einsum("btc,chd->bthd", h, p["qkv"][:, i]) for i in range(3))
-    # split tokens: the gather inside shard_map, the ring (the default) under explicit axes; the
-    # ring in shard_map under the penalty is test_sequence_parallel.py's critic test
+    # split tokens: the gather inside shard_map, the ring (the default) under explicit axes and
+    # Auto jax.jit; the ring in shard_map under the penalty is test_sequence_parallel.py's
     scheme: Scheme = "all-gather" if seq is not None else "ring"
     o = fastgp.attention(q, k, v, is_causal=True, sample_axis_name=seq, sequence_parallel=scheme)
     out = jnp.einsum("bthd,hdc->btc", o, p["out"])

@@ -1,0 +1,149 @@
+"""Auto-sharded ``jax.jit`` over several devices: each attention pass partitioned by fastgp.
+
+    partitioned(impl_of, config, key_args) -> the pass as a ``custom_partitioning`` function
+
+Left to itself, XLA's partitioner splits the blockwise loops over batch and heads but gathers a
+sharded token axis onto every device. Each pass (the XLA backend's; ``fastgp._attention.rules``
+lowers it through here in such a program) is instead one custom call whose partition this module
+chooses from its operands' shardings:
+
+* batch and heads stay split as q's are;
+* when q's token axis is split over mesh axes into whole blocks on each device (for causal
+  masking, with queries and keys on one grid), every token axis stays split over them and the
+  pass runs as ring steps over those axes (``fastgp._attention.ring``), as in ``shard_map``;
+* every other axis is whole on each device (the partitioner gathers what is split otherwise).
+
+``impl_of(config)`` is the pass on one device's arrays, or as ring steps when ``config.ring`` is
+set; ``key_args`` the positions of its key-side arguments.
+"""
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from fastgp._attention.config import Config
+from fastgp._attention.permute import own_channels
+from fastgp._attention.ring import Ring
+from fastgp._sharding import axes_of, full_spec
+
+Impl = Callable[..., Sequence[jax.Array]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """How each operand is split: q's batch and head entries, and the token entry (None: whole)."""
+
+    batch: Any
+    heads: Any
+    tokens: Any
+
+    def spec(self, ndim: int) -> P:
+        """The spec of a (B, H, T, D) array, of lse (B, H, T), or of the key mask (B, T)."""
+        if ndim == 2:
+            return P(self.batch, self.tokens)
+        return P(self.batch, self.heads, self.tokens, *([None] * (ndim - 3)))
+
+
+def _on_ring(config: Config, tokens: Any, mesh: Any, tq: int, tk: int) -> Config | None:
+    """The pass's config as ring steps over the mesh axes of q's token entry, with blocks that
+    tile each device's tokens (a divisor of the blocks, a multiple of 8); None where the tokens
+    do not split so (or, causal, queries and keys would not share one grid)."""
+    axes = axes_of(tokens)
+    n = math.prod(mesh.shape[a] for a in axes)
+    if n < 2 or tq % n or tk % n or config.q_offset or config.ring is not None:
+        return None
+    block_q, block_k = math.gcd(config.block_q, tq // n), math.gcd(config.block_k, tk // n)
+    if block_q % 8 or block_k % 8 or (config.causal and (tq != tk or block_q != block_k)):
+        return None
+    return dataclasses.replace(config, block_q=block_q, block_k=block_k, ring=Ring(axes, n))
+
+
+def _plan(config: Config, mesh: Any, operands: Sequence[Any]) -> tuple[_Plan, Config]:
+    """The split of a pass's operands (q, k first) and the config its body runs with."""
+    spec = full_spec(getattr(operands[0].sharding, "spec", ()), 4)
+    tq, tk = operands[0].shape[2], operands[1].shape[2]
+    on_ring = _on_ring(config, spec[2], mesh, tq, tk) if spec[2] is not None else None
+    if on_ring is None:
+        return _Plan(spec[0], spec[1], None), config
+    return _Plan(spec[0], spec[1], spec[2]), on_ring
+
+
+def _rule(key_args: frozenset[int], key_results: frozenset[int]) -> Callable[..., str]:
+    """Shardy's rule: batch and heads shared by every operand and result, the token axis one
+    factor for the queries' side and one for the keys' (the same one when their lengths agree),
+    each feature axis a factor of its own."""
+
+    def rule(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> str:
+        del mesh
+        keys = "i" if operands[0].shape[2] == operands[1].shape[2] else "j"
+        features = iter(range(len(operands) + len(results)))
+
+        def dims(shape: Sequence[int], key_side: bool) -> str:
+            token = keys if key_side else "i"
+            if len(shape) == 2:
+                return f"b {token}"
+            return " ".join(["b", "h", token, *(f"f{next(features)}" for _ in shape[3:])])
+
+        ins = [dims(t.shape, i in key_args) for i, t in enumerate(operands)]
+        outs = [dims(t.shape, i in key_results) for i, t in enumerate(results)]
+        return f"{', '.join(ins)} -> {', '.join(outs)}"
+
+    return rule
+
+
+def partitioned(
+    impl_of: Callable[[Config], Impl],
+    config: Config,
+    key_args: frozenset[int],
+    key_results: frozenset[int],
+    x64: bool,
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """The pass ``impl_of(config)`` as one custom call partitioned by :func:`_plan`; ``x64``:
+    whether the program is lowered with 64-bit types enabled."""
+
+    @custom_partitioning
+    def run(*args: jax.Array) -> tuple[jax.Array, ...]:
+        return tuple(impl_of(config)(*args))
+
+    def shardings(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:
+        plan, body_config = _plan(config, mesh, operands)
+        place = lambda shapes: tuple(NamedSharding(mesh, plan.spec(len(s.shape))) for s in shapes)
+        return body_config, place(operands), place(results)
+
+    def infer(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:
+        return shardings(mesh, operands, results)[2]
+
+    def partition(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:
+        body_config, operand_shardings, result_shardings = shardings(mesh, operands, results)
+        body = impl_of(body_config)
+        # XLA calls this on a compile thread, which does not see a thread-local jax.enable_x64
+        # of the lowering's; JAX traces ``lower`` right after this returns, with the body's
+        # operand types as the lowering saw them only if 64-bit types are on until then
+        types = jax.enable_x64(True) if x64 else contextlib.nullcontext()
+        types.__enter__()
+
+        def lower(*args: jax.Array) -> tuple[jax.Array, ...]:
+            try:
+                with own_channels():  # lowered into a module of its own
+                    return tuple(body(*args))
+            finally:
+                types.__exit__(None, None, None)
+
+        return mesh, lower, result_shardings, operand_shardings
+
+    run.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer,
+        sharding_rule=_rule(key_args, key_results),
+    )
+    return run
+
+
+__all__ = ["partitioned"]
