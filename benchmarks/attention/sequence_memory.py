@@ -178,13 +178,18 @@ def table(result: dict[str, Any]) -> list[str]:
 
 
 def headline(result: dict[str, Any]) -> str:
-    """README's sentence: at the largest T and n, each scheme's range over the programs."""
+    """README's sentence: at the largest T and n, each scheme's range over the programs in
+    shard_map (the sentence's setting)."""
     ratios = _ratios(result)
     t = max(key[0] for key in ratios)
     n = max(key[2] for key in ratios)
 
     def span(scheme: str) -> str:
-        values = [v for k, v in ratios.items() if k[0] == t and k[2] == n and k[4] == scheme]
+        values = [
+            v
+            for k, v in ratios.items()
+            if k[0] == t and k[2] == n and k[3] == "shard_map" and k[4] == scheme
+        ]
         return f"{min(values):.2f}-{max(values):.2f}x"
 
     return (
