@@ -4,8 +4,8 @@
 
 Arguments are the ``bhtd`` arrays of ``fastgp._attention.rules`` and the (B, Tk) key mask. A
 per-(batch, head) op partitions trivially over B and H; the sequence and feature axes must be
-whole on each device. The XLA backend is left to the partitioner (it partitions the blockwise
-loops itself). For the kernels:
+whole on each device. The XLA backend is bound as it is (in an Auto-sharded program its lowering
+partitions each pass, ``fastgp._attention.partitioned``). For the kernels:
 
 * inside ``shard_map`` (every mesh axis Manual): the kernel runs on the shard as it is;
 * explicit axes: a ``shard_map`` over the arrays' mesh, batch and head axes as they are sharded;
@@ -34,7 +34,8 @@ _AUTO_MESSAGE = (
     "over several devices: custom_partitioning cannot carry a Pallas kernel call, so each "
     "device would get the whole batch. Run the step under explicit sharding (jax.make_mesh with "
     "AxisType.Explicit axes, jax.set_mesh) or inside shard_map, where each device runs its own "
-    "batch and heads, or use backend='xla' (the blockwise loops, which XLA partitions)."
+    "batch and heads, or use backend='xla' (the blockwise loops, which fastgp partitions here: "
+    "split tokens go around a ring of the devices)."
 )
 
 
