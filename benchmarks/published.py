@@ -15,7 +15,7 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     training/train_time.json           the toy runs' times and quality (training/train_time.md)
     training/trainer_runs.json         the digits runs, and the published toy figures
     attention/attention_tpu.json       the long-sequence ViT critics (attention/attention_tpu.md)
-    attention/sequence_tpu.json        the ViT critic's tokens over 4-16 v5e chips (sequence_tpu.md)
+    attention/sequence_tpu.json        the ViT critic's tokens over 4-16 v5e chips, gather and ring
     approximate_r1/approximate_r1*     approximate_r1 against exact R1 (its own tables, .json)
     approximate_r1/long_sequences.json the long ViT's R1 steps on CPU (with attention_tpu.json's)
     approximate_r1/transformer_training.json  the ViT critic trained with each penalty
@@ -568,10 +568,18 @@ def attention_tpu(results):
 
 
 def attention_sequence_tpu(results):
-    """performance.md's table of the sequence-parallel ViT critic on 16 v5e chips."""
+    """performance.md's table of the sequence-parallel ViT critic on 16 v5e chips (the gather)."""
     from benchmarks.attention import sequence_tpu
 
     return sequence_tpu.table(_json_in(results.dir, "attention/sequence_tpu.json"))
+
+
+def attention_sequence_tpu_ring(results):
+    """The same table on the ring."""
+    from benchmarks.attention import sequence_tpu
+
+    records = _json_in(results.dir, "attention/sequence_tpu.json")
+    return sequence_tpu.table(records, scheme="ring")
 
 
 def exactness_recipe_runs(results):
@@ -686,6 +694,7 @@ BLOCKS = {
     "vmem-request": vmem_request,
     "attention-tpu": attention_tpu,
     "attention-sequence-tpu": attention_sequence_tpu,
+    "attention-sequence-tpu-ring": attention_sequence_tpu_ring,
     "attention-jvp-memory": attention_jvp_memory,
     "attention-sequence-memory": attention_sequence_memory,
     "exactness-recipe-runs": exactness_recipe_runs,
@@ -748,6 +757,7 @@ SOURCES = {
     ),
     "attention-tpu": ("attention/attention_tpu.json",),
     "attention-sequence-tpu": ("attention/sequence_tpu.json",),
+    "attention-sequence-tpu-ring": ("attention/sequence_tpu.json",),
     "attention-jvp-memory": ("attention/jvp_memory.json",),
     "attention-sequence-memory": ("attention/sequence_memory.json",),
     "attention-sequence-memory-tpu": ("attention/sequence_memory_tpu.json",),

@@ -3,13 +3,15 @@
     python -m benchmarks.attention.sequence_tpu [--tokens 16384,65536] [--shards 1,4,8,16]
                                                 [--kinds r1,wgan-gp] [--capacity 65536:16]
                                                 [--max-compiles 6] [--budget-s 2400]
+                                                [--scheme all-gather|ring]
 
 The zoo's long ViT critic (``zoo.critics.vit_long``: 4x4 patches, dim 256, 4 heads of 64, 2 pre-LN
 blocks; parameters float32, cast to bfloat16 with the input, as ``benchmarks.attention.tpu``
 does), rewritten here for sequence parallelism (:func:`vit_seq`): each chip holds a band of every
 image's rows, i.e. a contiguous slice of its tokens; the attention is ``fastgp.attention(...,
-backend="pallas", sample_axis_name="seq", sequence_parallel="all-gather")`` (each chip keeps its
-queries and gathers the keys and values; ``sequence_memory --topology`` measures the ring), the
+backend="pallas", sample_axis_name="seq", sequence_parallel=scheme)`` (``--scheme``: each chip
+keeps its queries and gathers the keys and values, "all-gather", or passes them around the ring,
+"ring"; records of both schemes share one file, those without a scheme are the gather's), the
 position embedding is this shard's slice (``lax.axis_index("seq") * T_local``) and the token mean
 is a ``psum`` over "seq", so every slice returns the whole sample's score.
 
@@ -54,6 +56,7 @@ import fastgp
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import _compiled as cf
+from fastgp._attention.config import SCHEMES, Scheme
 from fastgp._typing import Kind
 from fastgp.train.models.networks import Model
 
@@ -69,7 +72,13 @@ WEIGHT = 10.0
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
 
 
-def vit_seq(tokens: int, seq: str = "seq", backend: str = "pallas", dtype=jnp.bfloat16) -> Model:
+def vit_seq(
+    tokens: int,
+    seq: str = "seq",
+    backend: str = "pallas",
+    dtype=jnp.bfloat16,
+    scheme: Scheme = "all-gather",
+) -> Model:
     """``zoo.critics.vit_long(tokens)`` for a slice of each image's rows inside ``shard_map``:
     the same parameters (its ``init``); ``apply(params, x)`` takes (B, S / n, S, 3), this chip's
     band of rows (a contiguous slice of the row-major tokens), and returns the (B,) float32
@@ -81,7 +90,7 @@ def vit_seq(tokens: int, seq: str = "seq", backend: str = "pallas", dtype=jnp.bf
         qkv = (y @ blk["qkv"]["w"] + blk["qkv"]["b"]).reshape(b, n, 3, HEADS, head_dim)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         out = fastgp.attention(
-            q, k, v, backend=backend, sample_axis_name=seq, sequence_parallel="all-gather"
+            q, k, v, backend=backend, sample_axis_name=seq, sequence_parallel=scheme
         )
         return out.reshape(b, n, DIM) @ blk["proj"]["w"] + blk["proj"]["b"]
 
@@ -141,10 +150,11 @@ def lower(
     kind: str,
     backend: str = "pallas",
     topology: str = TOPOLOGY,
+    scheme: Scheme = "all-gather",
 ):
     """The lowered shard_mapped step on the (data, seq) mesh, ``batch`` global samples."""
     mesh = mesh_of(shards, topology)
-    model = vit_seq(tokens, backend=backend)
+    model = vit_seq(tokens, backend=backend, scheme=scheme)
     side = PATCH * math.isqrt(tokens)
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     params = jax.tree.map(
@@ -319,9 +329,17 @@ def _save(records):
     RECORDS.write_text(json.dumps(records, indent=1) + "\n")
 
 
-def find(records, tokens, shards, batch, kind):
+def find(records, tokens, shards, batch, kind, scheme="all-gather"):
     key = dict(topology=TOPOLOGY, tokens=tokens, shards=shards, batch=batch, kind=kind)
-    return next((r for r in records if all(r.get(k) == v for k, v in key.items())), None)
+    return next(
+        (r for r in records if all(r.get(k) == v for k, v in key.items()) and _scheme(r) == scheme),
+        None,
+    )
+
+
+def _scheme(record):
+    """A record's sequence_parallel scheme (the records from before the ring have none)."""
+    return record.get("scheme", "all-gather")
 
 
 class Budget:
@@ -332,9 +350,9 @@ class Budget:
         return self.end - time.monotonic()
 
 
-def compile_record(records, tokens, shards, batch, kind, budget):
+def compile_record(records, tokens, shards, batch, kind, budget, scheme="all-gather"):
     """The record of one compiled step (reused when on file), or None when the budget is spent."""
-    found = find(records, tokens, shards, batch, kind)
+    found = find(records, tokens, shards, batch, kind, scheme)
     if found is not None:
         return found
     if budget.left() <= 0:
@@ -348,10 +366,11 @@ def compile_record(records, tokens, shards, batch, kind, budget):
         batch=batch,
         kind=kind,
         t_local=tokens // shards,
+        scheme=scheme,
     )
     start = time.perf_counter()
     try:
-        program = lower(tokens, shards, batch, kind).compile()
+        program = lower(tokens, shards, batch, kind, scheme=scheme).compile()
     except Exception as err:  # an out-of-memory compile is a measurement here
         lines = str(err).strip().splitlines() or [type(err).__name__]
         record.update(fits=False, error=f"{type(err).__name__}: {lines[0][:300]}")
@@ -366,7 +385,7 @@ def compile_record(records, tokens, shards, batch, kind, budget):
     state = "fits" if record["fits"] else record["error"][:100]
     peak = f", peak {record['peak'] / 2**30:.2f} GiB" if record["fits"] else ""
     print(
-        f"T={tokens} n={shards} B={batch} {kind}: {state}{peak} ({record['compile_s']} s)",
+        f"T={tokens} n={shards} B={batch} {kind} {scheme}: {state}{peak} ({record['compile_s']} s)",
         flush=True,
     )
     return record
@@ -376,13 +395,13 @@ def _oom(record):
     return record is not None and not record["fits"] and "RESOURCE_EXHAUSTED" in record["error"]
 
 
-def largest_batch(records, tokens, shards, kind, max_compiles, budget):
+def largest_batch(records, tokens, shards, kind, max_compiles, budget, scheme="all-gather"):
     """A doubling search on the global batch: from the power of two (a multiple of the data
     axis) that the batch-of-one-per-row peak suggests, doubling to the first RESOURCE_EXHAUSTED,
     halving while the start does not fit; at most ``max_compiles`` new compiles. Returns
     (the largest batch that fits, the first out of HBM), either None when not decided."""
     data = 16 // shards
-    base = find(records, tokens, shards, data, kind)
+    base = find(records, tokens, shards, data, kind, scheme)
     hbm = cf.CHIPS[GENERATION].hbm_bytes
     start = data
     if base is not None and base["fits"]:
@@ -391,10 +410,10 @@ def largest_batch(records, tokens, shards, kind, max_compiles, budget):
 
     def probe(batch):
         nonlocal made
-        new = find(records, tokens, shards, batch, kind) is None
+        new = find(records, tokens, shards, batch, kind, scheme) is None
         if new and made >= max_compiles:
             return None
-        record = compile_record(records, tokens, shards, batch, kind, budget)
+        record = compile_record(records, tokens, shards, batch, kind, budget, scheme)
         made += new and record is not None
         return record
 
@@ -426,21 +445,22 @@ def _gib(n):
 
 
 def _collective_cell(record):
-    kinds = ("all-gather", "reduce-scatter", "all-reduce")
+    kinds = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute")
     return " / ".join(str(record["counts"].get(k, {}).get("collectives", 0)) for k in kinds)
 
 
-def table(records, tokens=TOKENS, shards=SHARDS, kinds=KINDS):
-    """The published table: per penalty, T and n (one sample per data shard), the per-chip peak,
-    peak x n (constant if the peak falls as 1/n), the collectives, and the largest global batch
-    where it was searched; "out of HBM" / "not measured" where it did not fit / was not
-    compiled."""
+def table(records, tokens=TOKENS, shards=SHARDS, kinds=KINDS, scheme="all-gather"):
+    """The published table of ``scheme``'s records: per penalty, T and n (one sample per data
+    shard), the per-chip peak, peak x n (constant if the peak falls as 1/n), the collectives, and
+    the largest global batch where it was searched; "out of HBM" / "not measured" where it did
+    not fit / was not compiled."""
+    records = [r for r in records if _scheme(r) == scheme]
     capacity = capacity_from_records(records)
     rows = []
     for kind in kinds:
         for t in tokens:
             for n in shards:
-                r = find(records, t, n, 16 // n, kind)
+                r = find(records, t, n, 16 // n, kind, scheme)
                 cells = [kind, f"{t:,}", str(n), f"{t // n:,}", str(16 // n)]
                 if r is None:
                     cells += ["not measured", "", "", ""]
@@ -461,7 +481,7 @@ def table(records, tokens=TOKENS, shards=SHARDS, kinds=KINDS):
             "global batch",
             "peak GiB per chip",
             "peak x n GiB",
-            "all-gather / reduce-scatter / all-reduce",
+            "all-gather / reduce-scatter / all-reduce / collective-permute",
             "largest global batch",
         ],
         rows,
@@ -498,13 +518,14 @@ def render(records):
             f"(data, seq) = (16 / n, n) mesh of {TOPOLOGY}. One sample per data shard."
         ),
         "",
-        "## Peak memory per chip against the sequence shards",
-        "",
-        *table(records),
-        "",
     ]
+    for scheme in SCHEMES:
+        if any(_scheme(r) == scheme for r in records):
+            lines += [f"## Peak memory per chip against the sequence shards: {scheme}", ""]
+            lines += [*table(records, scheme=scheme), ""]
     lines += ["## Collectives per program (collectives; HLO instructions; arrays moved)", ""]
-    for r in sorted(records, key=lambda r: (r["kind"], r["tokens"], r["shards"], r["batch"])):
+    order = lambda r: (_scheme(r), r["kind"], r["tokens"], r["shards"], r["batch"])
+    for r in sorted(records, key=order):
         if not r["fits"]:
             continue
         counts = (
@@ -515,7 +536,8 @@ def render(records):
             or "none"
         )
         lines.append(
-            f"- {r['kind']} T={r['tokens']:,} n={r['shards']} batch {r['batch']}: {counts}"
+            f"- {_scheme(r)}, {r['kind']} T={r['tokens']:,} n={r['shards']} batch {r['batch']}: "
+            f"{counts}"
         )
         lines += [f"  - {g}" for g in token_collectives(r)]
     lines.append("")
@@ -534,6 +556,7 @@ def main(argv=None):
     parser.add_argument("--capacity", default="65536:16", help="T:n to search the batch at")
     parser.add_argument("--max-compiles", type=int, default=6)
     parser.add_argument("--budget-s", type=float, default=2400)
+    parser.add_argument("--scheme", choices=SCHEMES, default="all-gather")
     args = parser.parse_args(argv)
     budget = Budget(args.budget_s)
     records = _records()
@@ -546,11 +569,11 @@ def main(argv=None):
     for t in sorted(tokens, reverse=True):
         for kind in kinds:
             for n in sorted(shards, reverse=True):
-                compile_record(records, t, n, 16 // n, kind, budget)
+                compile_record(records, t, n, 16 // n, kind, budget, args.scheme)
         if search and search[0] == t:
             for kind in kinds:
                 fit, over = largest_batch(
-                    records, search[0], search[1], kind, args.max_compiles, budget
+                    records, search[0], search[1], kind, args.max_compiles, budget, args.scheme
                 )
                 print(f"capacity T={t} n={search[1]} {kind}: fits {fit}, out of HBM at {over}")
     render(records)
