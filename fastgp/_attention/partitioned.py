@@ -1,6 +1,7 @@
 """Auto-sharded ``jax.jit`` over several devices: each attention pass partitioned by fastgp.
 
-    partitioned(impl_of, config, key_args) -> the pass as a ``custom_partitioning`` function
+    partitioned(impl_of, config, key_args, key_results, x64)
+        -> the pass as a ``custom_partitioning`` function
 
 Left to itself, XLA's partitioner splits the blockwise loops over batch and heads but gathers a
 sharded token axis onto every device. Each pass (the XLA backend's; ``fastgp._attention.rules``
@@ -14,7 +15,7 @@ chooses from its operands' shardings:
 * every other axis is whole on each device (the partitioner gathers what is split otherwise).
 
 ``impl_of(config)`` is the pass on one device's arrays, or as ring steps when ``config.ring`` is
-set; ``key_args`` the positions of its key-side arguments.
+set; ``key_args`` and ``key_results`` the positions of its key-side arguments and results.
 """
 
 import contextlib

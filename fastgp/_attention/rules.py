@@ -127,19 +127,19 @@ def _lowering(name: str, ctx: mlir.LoweringRuleContext, *args: Any, config: Conf
 
 def _auto_over_devices(ctx: mlir.LoweringRuleContext) -> bool:
     """Whether this is an Auto-sharded program over several devices (not shard_map's body, not
-    explicit axes) that can carry a partitioning callback: not one for ``jax.export``, and not
-    one for a compile-only TPU client (from a CPU host), which has no custom partitioner."""
+    explicit axes) on a mesh whose axes name the splits, that can carry a partitioning callback:
+    not one for ``jax.export``, and not one for a compile-only TPU client (from a CPU host),
+    which has no custom partitioner."""
     context = ctx.module_context.axis_context
     if not isinstance(context, ShardingContext) or context.num_devices < 2:
         return False
     if ctx.module_context.lowering_parameters.for_export:
         return False
-    devices = context.device_assignment or ()
-    if any(d.client.runtime_type == "compile_only_runtime" for d in devices[:1]):
+    mesh = context.abstract_mesh
+    if mesh is None or mesh.empty or AxisType.Explicit in mesh.axis_types:
         return False
-    operand: Any = ctx.avals_in[0]
-    mesh = operand.sharding.mesh
-    return mesh.empty or AxisType.Explicit not in mesh.axis_types
+    devices = context.device_assignment or ()
+    return not any(d.client.runtime_type == "compile_only_runtime" for d in devices[:1])
 
 
 @functools.cache
