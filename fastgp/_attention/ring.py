@@ -192,8 +192,17 @@ def _circle(ring: Ring, own: list[jax.Array], state: Any, visit: Callable[..., A
 
     # the last step inside the loop too, though the hop it starts is spent: with one call site of
     # the pass XLA keeps no buffers of a peeled last step (its inputs' copies into block order,
-    # its zero sums) alive across the loop, 6 arrays the size of the device's q at n = 4
-    _, state = lax.fori_loop(1, ring.size, body, (held, state))
+    # its zero sums) alive across the loop, 6 arrays the size of the device's q at n = 4. A
+    # while_loop, not fori_loop's scan: inside a custom partitioning (Auto jax.jit) XLA spent
+    # minutes inlining the unrolled scan's steps with their stack frames
+    def cond(carry: Any) -> Any:
+        return carry[0] < ring.size
+
+    def step(carry: Any) -> Any:
+        i, held, state = carry
+        return (i + 1, *body(i, (held, state)))
+
+    _, _, state = lax.while_loop(cond, step, (jnp.int32(1), held, state))
     return state
 
 
