@@ -25,9 +25,9 @@ import jax.numpy as jnp
 
 from fastgp import _backends as backends
 from fastgp._attention import sequence, sharding
-from fastgp._attention.config import SCHEMES, Scheme
+from fastgp._attention.config import Scheme
 from fastgp._attention.padded import attend
-from fastgp._attention.ring import LAYOUTS, Layout
+from fastgp._attention.ring import Layout
 from fastgp._sharding import mode_of, spec_of
 from fastgp._typing import AxisName
 from fastgp.distributed import collective_axes
@@ -187,12 +187,7 @@ def _split_or_local(
 def _check_unsplit(split: dict[str, Any], causal: bool) -> None:
     """The scheme and layout are known; a zigzag layout is refused where the arrays are the whole
     sequence in order (one device, or an Auto-sharded program, whose ring is contiguous)."""
-    for keyword, value, known in (
-        ("sequence_parallel", split["scheme"], SCHEMES),
-        ("sequence_layout", split["layout"], LAYOUTS),
-    ):
-        if value not in known:
-            raise ValueError(f"fastgp.attention: {keyword}={value!r} is not one of {known}")
+    sequence.check_known(split["scheme"], split["layout"])
     if causal and split["layout"] == "zigzag":
         raise ValueError(
             "fastgp.attention: sequence_layout='zigzag' says how each device holds its tokens "

@@ -58,7 +58,7 @@ def _on_ring(config: Config, tokens: Any, mesh: Any, tq: int, tk: int) -> Config
     do not split so (or, causal, queries and keys would not share one grid)."""
     axes = axes_of(tokens)
     n = math.prod(mesh.shape[a] for a in axes)
-    if n < 2 or tq % n or tk % n or config.q_offset or config.ring is not None:
+    if n < 2 or tq % n or tk % n or config.q_offset:
         return None
     block_q, block_k = math.gcd(config.block_q, tq // n), math.gcd(config.block_k, tk // n)
     if block_q % 8 or block_k % 8 or (config.causal and (tq != tk or block_q != block_k)):

@@ -42,6 +42,7 @@ from fastgp._attention.permute import permute
 Layout = Literal["contiguous", "zigzag"]
 LAYOUTS: tuple[Layout, ...] = ("contiguous", "zigzag")
 F32 = jnp.float32
+FORWARD_KEY_ARGS = frozenset({1, 2, 3})  # the forward's k, v and key mask, of (q, k, v, mask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,21 +187,16 @@ def _circle(ring: Ring, own: list[jax.Array], state: Any, visit: Callable[..., A
     if ring.size == 2:  # one later step, no loop
         return visit(1, held, state)
 
-    def body(step: Any, carry: Any) -> Any:
-        held, state = carry
-        return _send(held, ring), visit(step, held, state)
-
     # the last step inside the loop too, though the hop it starts is spent: with one call site of
     # the pass XLA keeps no buffers of a peeled last step (its inputs' copies into block order,
-    # its zero sums) alive across the loop, 6 arrays the size of the device's q at n = 4. A
-    # while_loop, not fori_loop's scan: inside a custom partitioning (Auto jax.jit) XLA spent
-    # minutes inlining the unrolled scan's steps with their stack frames
-    def cond(carry: Any) -> Any:
-        return carry[0] < ring.size
-
+    # its zero sums) alive across the loop. A while_loop, not fori_loop's scan, whose unrolled
+    # steps XLA inlines slowly inside a custom partitioning (Auto jax.jit)
     def step(carry: Any) -> Any:
         i, held, state = carry
-        return (i + 1, *body(i, (held, state)))
+        return i + 1, _send(held, ring), visit(i, held, state)
+
+    def cond(carry: Any) -> Any:
+        return carry[0] < ring.size
 
     _, _, state = lax.while_loop(cond, step, (jnp.int32(1), held, state))
     return state
@@ -216,7 +212,7 @@ def forward(
 ) -> tuple[jax.Array, jax.Array]:
     """(o in q's dtype, lse float32) of the whole sequence for the local queries: each step's
     (o, lse) combined by the online softmax (a row with no visible key anywhere: o 0, lse 0)."""
-    step_fn = _Step(block_impl, config, frozenset({1, 2, 3}), frozenset(), 3)
+    step_fn = _Step(block_impl, config, FORWARD_KEY_ARGS, frozenset(), 3)
     index = lax.axis_index(_axis(config.ring))
 
     def visit(step: Any, keys: list[jax.Array], state: Any) -> Any:
@@ -282,4 +278,4 @@ def _add(a: Sequence[jax.Array], b: Sequence[jax.Array]) -> list[jax.Array]:
     return [x + y for x, y in zip(a, b, strict=True)]
 
 
-__all__ = ["LAYOUTS", "Layout", "Ring", "forward", "linear"]
+__all__ = ["FORWARD_KEY_ARGS", "LAYOUTS", "Layout", "Ring", "forward", "linear"]

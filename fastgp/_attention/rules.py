@@ -102,9 +102,8 @@ def _new_primitive(name: str) -> Primitive:
     prim.multiple_results = True
     prim.def_impl(lambda *args, config: _impl(name, config)(*args))
     mlir.register_lowering(prim, functools.partial(_lowering, name), cacheable=False)
-    prim_requires_devices_during_lowering.add(
-        prim
-    )  # the partitioned lowering's callback needs them
+    # the partitioned lowering (_lowering) hands the devices to its callback
+    prim_requires_devices_during_lowering.add(prim)
     return prim
 
 
@@ -145,7 +144,7 @@ def _auto_over_devices(ctx: mlir.LoweringRuleContext) -> bool:
 @functools.cache
 def _partitioned(name: str, config: Config, x64: bool) -> Impl:
     key_results = frozenset() if name == "forward" else _key_results(name)
-    key_args = frozenset({1, 2, 3}) if name == "forward" else _key_args(name)
+    key_args = ring.FORWARD_KEY_ARGS if name == "forward" else _key_args(name)
     return partitioned(functools.partial(_impl, name), config, key_args, key_results, x64)
 
 

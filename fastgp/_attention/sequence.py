@@ -119,10 +119,7 @@ def _check_layout(
     q: jax.Array, k: jax.Array, causal: bool, scheme: str, layout: str, shards: int
 ) -> None:
     """The scheme and layout are known, and the local token counts suit them."""
-    if scheme not in SCHEMES:
-        raise ValueError(f"fastgp.attention: sequence_parallel={scheme!r} is not one of {SCHEMES}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"fastgp.attention: sequence_layout={layout!r} is not one of {LAYOUTS}")
+    check_known(scheme, layout)
     if causal and q.shape[1] != k.shape[1]:
         raise ValueError(
             f"fastgp.attention(is_causal=True, sample_axis_name=...): each device must hold as "
@@ -140,6 +137,14 @@ def _check_layout(
                 f"sequence, so its token count must be even, got {q.shape[1]} (the sequence "
                 f"length must be a multiple of 2 x {shards} devices)"
             )
+
+
+def check_known(scheme: str, layout: str) -> None:
+    """ValueError naming the keyword of an unknown scheme or layout."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"fastgp.attention: sequence_parallel={scheme!r} is not one of {SCHEMES}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"fastgp.attention: sequence_layout={layout!r} is not one of {LAYOUTS}")
 
 
 def token_axes(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[str, ...]:
@@ -210,4 +215,4 @@ def explicit(
     return run(*args)
 
 
-__all__ = ["SCHEMES", "Scheme", "explicit", "in_shard_map", "token_axes"]
+__all__ = ["SCHEMES", "Scheme", "check_known", "explicit", "in_shard_map", "token_axes"]
