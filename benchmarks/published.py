@@ -21,6 +21,7 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     approximate_r1/transformer_training.json  the ViT critic trained with each penalty
     attention/jvp_memory.json          a transformer block's JVP memory (recipes.md)
     attention/sequence_memory.json     split tokens' memory per CPU device, ring and gather
+    attention/sequence_memory_h8.json  the same with 8 heads, beside the all-to-all
     attention/sequence_memory_tpu.json the same R1 program per v5e chip (compile-only)
     attention/ring_overlap.json        what runs beside the ring's transfers on v5e (compile-only)
     attention/auto_cpu.json            with attention_tpu.json, gpu/: what attention's "auto" runs
@@ -596,6 +597,13 @@ def attention_sequence_memory(results):
     return sequence_memory.table(_json_in(results.dir, "attention/sequence_memory.json"))
 
 
+def attention_sequence_memory_heads(results):
+    """performance.md's table of the three schemes' memory per CPU device, 8 heads."""
+    from benchmarks.attention import sequence_memory
+
+    return sequence_memory.table(_json_in(results.dir, "attention/sequence_memory_h8.json"))
+
+
 def attention_sequence_memory_tpu(results):
     """performance.md's table of the ring's and the gather's R1 program on 16 v5e chips."""
     from benchmarks.attention import sequence_memory
@@ -614,7 +622,10 @@ def attention_sequence_memory_headline(results):
     """README's sentence on the ring's memory per device."""
     from benchmarks.attention import sequence_memory
 
-    return sequence_memory.headline(_json_in(results.dir, "attention/sequence_memory.json"))
+    return sequence_memory.headline(
+        _json_in(results.dir, "attention/sequence_memory.json"),
+        _json_in(results.dir, "attention/sequence_memory_h8.json"),
+    )
 
 
 def attention_jvp_memory(results):
@@ -698,6 +709,7 @@ BLOCKS = {
     "attention-jvp-memory": attention_jvp_memory,
     "attention-sequence-memory": attention_sequence_memory,
     "exactness-recipe-runs": exactness_recipe_runs,
+    "attention-sequence-memory-heads": attention_sequence_memory_heads,
     "attention-sequence-memory-tpu": attention_sequence_memory_tpu,
     "attention-sequence-memory-headline": attention_sequence_memory_headline,
     "attention-ring-overlap": attention_ring_overlap,
@@ -761,7 +773,11 @@ SOURCES = {
     "attention-jvp-memory": ("attention/jvp_memory.json",),
     "attention-sequence-memory": ("attention/sequence_memory.json",),
     "attention-sequence-memory-tpu": ("attention/sequence_memory_tpu.json",),
-    "attention-sequence-memory-headline": ("attention/sequence_memory.json",),
+    "attention-sequence-memory-heads": ("attention/sequence_memory_h8.json",),
+    "attention-sequence-memory-headline": (
+        "attention/sequence_memory.json",
+        "attention/sequence_memory_h8.json",
+    ),
     "attention-ring-overlap": ("attention/ring_overlap.json",),
     "attention-auto": ("attention/attention_tpu.json", "attention/auto_cpu.json", *GPU_ATTENTION),
     "attention-gpu": GPU_ATTENTION,

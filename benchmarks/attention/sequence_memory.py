@@ -1,18 +1,20 @@
-"""Sequence-parallel attention's memory per device: the ring against the all-gather.
+"""Sequence-parallel attention's memory per device: the ring, the all-to-all and the all-gather.
 
     python -m benchmarks.attention.sequence_memory [--tokens 4096 16384] [--shards 2 4 8]
-        [--repeats 3]
-    -> benchmarks/results/attention/sequence_memory.{json,md}
+        [--repeats 3] [--heads 2] [--modes shard_map explicit "auto jit"]
+    -> benchmarks/results/attention/sequence_memory.{json,md}   (--heads 8: sequence_memory_h8)
     python -m benchmarks.attention.sequence_memory --topology v5e:4x4 [--tokens 65536 262144]
         [--shards 1 4 8 16]
     -> benchmarks/results/attention/sequence_memory_tpu.{json,md}
 
-Two programs of ``fastgp.attention(q, k, v)`` on B = 2 samples, 2 heads of 64, float32, XLA's
+Two programs of ``fastgp.attention(q, k, v)`` on B = 2 samples, 2 heads of 64 (``--heads``),
+float32, XLA's
 blockwise loops: the gradient of ``sum(o ** 2)`` in (q, k, v), and the reverse-over-forward
 program of an exact R1 (the gradient of ``sum(jvp(attention, (q, k, v), (q, k, v))[1] ** 2)``).
 Each is compiled for one CPU device holding everything, and with the tokens split over n devices:
 inside ``shard_map`` (``sample_axis_name``), under explicit axes and under Auto ``jax.jit`` (the
-arrays' shardings alone), with ``sequence_parallel`` "ring" and "all-gather". The figure is the
+arrays' shardings alone), with each ``sequence_parallel`` scheme that applies ("all-to-all" where
+n divides the heads; under Auto ``jax.jit`` it runs the ring, so it is left out). The figure is the
 compiled program's temporaries per device (XLA's memory analysis) over one device's, set beside
 1/n; the collectives in each program; and the fastest of ``--repeats`` runs of each on this
 machine's simulated devices (all on the same cores, so the times compare the schemes with each
@@ -116,17 +118,31 @@ def sharded_attention(n: int, mode: str, scheme: Scheme) -> tuple[Any, Any]:
     return fn, (mesh, spec)
 
 
-def run(tokens: int, shards: list[int], repeats: int = 3) -> list[dict[str, Any]]:
+def applies(scheme: Scheme, mode: str, heads: int, n: int) -> bool:
+    """Whether ``scheme`` runs as itself here: "auto" is one of the others, the all-to-all needs
+    n to divide the heads, and under Auto jax.jit it runs the ring."""
+    if scheme == "all-to-all":
+        return heads % n == 0 and mode != "auto jit"
+    return scheme != "auto"
+
+
+def run(
+    tokens: int,
+    shards: list[int],
+    repeats: int = 3,
+    heads: int = HEADS,
+    modes: tuple[str, ...] = MODES,
+) -> list[dict[str, Any]]:
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    args = [jax.random.normal(key, (BATCH, tokens, HEADS, HEAD_DIM)) for key in keys]
+    args = [jax.random.normal(key, (BATCH, tokens, heads, HEAD_DIM)) for key in keys]
     one = lambda q, k, v: fastgp.attention(q, k, v, backend="xla")
     rows = []
     for name, program in programs(one).items():
         base = measure(program, *args, repeats=repeats)
         rows.append({"tokens": tokens, "program": name, "shards": 1, **base})
         for n in shards:
-            for mode in MODES:
-                for scheme in SCHEMES:
+            for mode in modes:
+                for scheme in (s for s in SCHEMES if applies(s, mode, heads, n)):
                     fn, (mesh, spec) = sharded_attention(n, mode, scheme)
                     placed = [jax.device_put(x, NamedSharding(mesh, spec)) for x in args]
                     sharded = programs(fn)[name]
@@ -161,41 +177,47 @@ def table(result: dict[str, Any]) -> list[str]:
         if r["shards"] > 1
     }
     keys = sorted({key[:3] for key in ratios})
-    modes = [m for m in MODES if any(key[3] == m for key in ratios)]  # older records: two
-    splits = [(s, m) for s in SCHEMES for m in modes]
+    splits = [(s, m) for s in SCHEMES for m in MODES if any(key[3:] == (m, s) for key in ratios)]
+    cell = lambda key: "" if key not in ratios else f"{ratios[key]:.3f}"  # the scheme's not here
     cells = [
         [f"{t:,}", program, n, f"{1 / n:.3f}"]
-        + [f"{ratios[(t, program, n, mode, scheme)]:.3f}" for scheme, mode in splits]
+        + [cell((t, program, n, mode, scheme)) for scheme, mode in splits]
         for t, program, n in keys
     ]
     head = ["T", "program", "n", "1 / n"] + [f"{scheme} ({mode})" for scheme, mode in splits]
     if all("seconds" in r for r in result["rows"]):  # records before the clock have none
         head.append("ring s / gather s (shard_map)")
-        for cell, (t, program, n) in zip(cells, keys, strict=True):
-            ring, gather = (seconds[(t, program, n, "shard_map", s)] for s in SCHEMES)
-            cell.append(f"{ring / gather:.2f}")
+        for row, (t, program, n) in zip(cells, keys, strict=True):
+            ring, gather = (
+                seconds[(t, program, n, "shard_map", s)] for s in ("ring", "all-gather")
+            )
+            row.append(f"{ring / gather:.2f}")
     return markdown_table(head, cells)
 
 
-def headline(result: dict[str, Any]) -> str:
+def headline(result: dict[str, Any], heads_result: dict[str, Any]) -> str:
     """README's sentence: at the largest T and n, each scheme's range over the programs in
-    shard_map (the sentence's setting)."""
-    ratios = _ratios(result)
-    t = max(key[0] for key in ratios)
-    n = max(key[2] for key in ratios)
+    shard_map (the sentence's setting); the all-to-all's from ``heads_result``, a run whose heads
+    n divides."""
 
-    def span(scheme: str) -> str:
+    def span(result: dict[str, Any], scheme: str) -> str:
+        ratios = _ratios(result)
+        t, n = max(key[0] for key in ratios), max(key[2] for key in ratios)
         values = [
             v
             for k, v in ratios.items()
             if k[0] == t and k[2] == n and k[3] == "shard_map" and k[4] == scheme
         ]
-        return f"{min(values):.2f}-{max(values):.2f}x"
+        low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+        return f"{low}x" if low == high else f"{low}-{high}x"
 
+    ratios = _ratios(result)
+    t, n = max(key[0] for key in ratios), max(key[2] for key in ratios)
     return (
         f"with {t:,} tokens over {n} CPU devices, attention's gradient and R1 programs hold "
-        f"{span('ring')} one device's temporaries per device on the ring and {span('all-gather')} "
-        "with the gather"
+        f"{span(result, 'ring')} one device's temporaries per device on the ring, "
+        f"{span(heads_result, 'all-to-all')} with the all-to-all ({heads_result['heads']} heads) "
+        f"and {span(result, 'all-gather')} with the gather"
     )
 
 
@@ -235,7 +257,8 @@ def markdown(result: dict[str, Any]) -> str:
     command = "python -m benchmarks.attention.sequence_memory " + " ".join(result["argv"])
     return records.page(
         "Sequence-parallel attention: compiled temporaries per device (CPU)",
-        f"Generated by `{command}`. B = {BATCH}, {HEADS} heads of {HEAD_DIM}, float32, backend "
+        f"Generated by `{command}`. B = {BATCH}, {result.get('heads', HEADS)} heads of {HEAD_DIM}, "
+        "float32, backend "
         "xla, not causal. `/ one device`: the program's temporaries per device over those of one "
         "device holding every token; `x n`: that ratio times n (1.00 is a perfect 1/n).",
         markdown_table(head, table),
@@ -272,7 +295,9 @@ def tpu_rows(topology: str, tokens: int, shards: list[int]) -> list[dict[str, An
     """The R1 program per chip of ``topology`` for each n and scheme (see the module)."""
     rows = []
     for n in shards:
-        for scheme in ("ring", "all-gather") if n > 1 else ("ring",):
+        one: list[Scheme] = ["ring"]
+        schemes = [s for s in SCHEMES if applies(s, "shard_map", HEADS_TPU, n)] if n > 1 else one
+        for scheme in schemes:
             name = "reverse-over-forward"
             compiled = tpu_compiled(topology, tokens, n, scheme, (name,))[name]
             figures = cf.figures(compiled)
@@ -288,10 +313,11 @@ def tpu_table(result: dict[str, Any]) -> list[str]:
     """docs/performance.md's table: per T and n, each scheme's peak per chip and per sample."""
     rows = result["rows"]
     by = {(r["tokens"], r["shards"], r["scheme"]): r for r in rows}
+    schemes = [s for s in SCHEMES if any(r["scheme"] == s for r in rows)]
     cells = []
     for t, n in sorted({(r["tokens"], r["shards"]) for r in rows}):
         cell = [f"{t:,}", n]
-        for scheme in ("ring", "all-gather"):
+        for scheme in schemes:
             r = by.get((t, n, "ring" if n == 1 else scheme))
             cell += (
                 ["", ""]
@@ -302,7 +328,7 @@ def tpu_table(result: dict[str, Any]) -> list[str]:
                 ]
             )
         cells.append(cell)
-    head = ["T", "n", "ring GiB / chip", "ring GiB x n", "all-gather GiB / chip", "gather GiB x n"]
+    head = ["T", "n"] + [f"{s} GiB {per}" for s in schemes for per in ("/ chip", "x n")]
     return markdown_table(head, cells)
 
 
@@ -326,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats", type=int, default=3, help="timed runs per CPU program (0: compile only)"
     )
+    parser.add_argument("--heads", type=int, default=HEADS, help="heads of the CPU programs")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     args = parser.parse_args(argv)
     invocation = sys.argv[1:] if argv is None else list(argv)
     if args.topology:
@@ -335,9 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         records.write(OUT_TPU, {**result, "rows": rows}, tpu_markdown)
         return 0
     tokens, shards = args.tokens or [4096, 16384], args.shards or [2, 4, 8]
-    rows = [row for t in tokens for row in run(t, shards, args.repeats)]
-    result = {"argv": invocation, **records.provenance(), "rows": rows}
-    records.write(OUT, result, markdown)
+    modes = tuple(args.modes)
+    rows = [row for t in tokens for row in run(t, shards, args.repeats, args.heads, modes)]
+    result = {"argv": invocation, "heads": args.heads, **records.provenance(), "rows": rows}
+    out = OUT if args.heads == HEADS else OUT.with_name(f"{OUT.name}_h{args.heads}")
+    records.write(out, result, markdown)
     return 0
 
 

@@ -11,8 +11,9 @@ lets query i see keys j <= i. A query with no key to attend to gets zeros.
 The forward, its JVP, its VJP and every higher derivative run blockwise over key blocks: no
 T_q x T_k array is written to memory (``fastgp._attention.rules``). With the token axis split over
 devices (``sample_axis_name`` inside ``shard_map``, explicit axes, or an Auto-sharded
-``jax.jit``) each device keeps its queries and the key and value blocks go around a ring, or are
-gathered (``fastgp._attention.sequence``, ``fastgp._attention.partitioned``). Flax's
+``jax.jit``) each device keeps its queries and the key and value blocks go around a ring, or an
+all-to-all trades the token split for a head split, or the keys are gathered
+(``fastgp._attention.sequence``, ``fastgp._attention.partitioned``). Flax's
 ``attention_fn`` keywords are named in the signature, so ``nnx.MultiHeadAttention`` and Linen's
 ``MultiHeadDotProductAttention`` pass them; dropout on the attention weights and a bias are
 refused.
@@ -117,7 +118,7 @@ def attention(
     is_causal: bool = False,
     backend: str = "auto",
     sample_axis_name: AxisName = None,
-    sequence_parallel: Scheme = "ring",
+    sequence_parallel: Scheme = "auto",
     sequence_layout: Layout = "contiguous",
     bias: jax.Array | None = None,
     dropout_rng: jax.Array | None = None,
@@ -140,9 +141,14 @@ def attention(
     ``fastgp.attention_backend`` sets), "pallas" (Mosaic kernels on TPU, Triton kernels on GPU),
     "interpret", "tpu-interpret" or "gpu-interpret" (the kernels on CPU), "xla" (blockwise
     loops); ``sample_axis_name``: inside shard_map, the mesh axes the tokens are split over
-    (under explicit axes the arrays' types say so). The rest are Flax's attention_fn keywords,
-    named so that Linen passes them: ``dtype`` casts q, k, v; dropout (unless deterministic), a
-    bias, a module to sow into, a precision and custom einsums raise ValueError.
+    (under explicit axes the arrays' types say so); ``sequence_parallel``: "auto" (the all-to-all
+    where it applies, else the ring), "ring", "all-to-all" (the heads on each device a multiple
+    of the token shards) or "all-gather" (under Auto ``jax.jit`` all but "all-gather", which
+    leaves the tokens to XLA, run the ring);
+    ``sequence_layout``: "contiguous" or "zigzag" (see ``fastgp.to_zigzag``). The rest are
+    Flax's attention_fn keywords, named so that Linen passes them: ``dtype`` casts q, k, v;
+    dropout (unless deterministic), a bias, a module to sow into, a precision and custom einsums
+    raise ValueError.
     """
     del dropout_rng, broadcast_dropout, force_fp32_for_softmax  # no effect without dropout
     einsums = (qk_attn_weights_einsum, attn_weights_value_einsum)

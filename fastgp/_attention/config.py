@@ -6,16 +6,19 @@ from typing import Literal
 from fastgp._attention.ring import Ring
 from fastgp._typing import Backend
 
-Scheme = Literal["ring", "all-gather"]
-SCHEMES: tuple[Scheme, ...] = ("ring", "all-gather")
+Scheme = Literal["auto", "ring", "all-to-all", "all-gather"]
+SCHEMES: tuple[Scheme, ...] = ("auto", "ring", "all-to-all", "all-gather")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Score scale, causal masking, the queries and keys a step handles, the backend that runs
     the passes (``"xla"`` or a kernel backend), and the first query's position among the keys
-    (``q_offset``: a sequence shard's start, for causal masking), and ``ring``: the mesh axes the
-    tokens are split over when every pass runs as ring steps (``fastgp._attention.ring``).
+    (``q_offset``: a sequence shard's start, for causal masking), ``ring``: the mesh axes the
+    tokens are split over when every pass runs as ring steps (``fastgp._attention.ring``), and
+    ``scheme``: how an Auto-sharded program attends split tokens: gathered by XLA's
+    partitioner ("all-gather"), else on the ring (the partitioner's callback sees one pass at a
+    time, not the attention whose heads an all-to-all would trade).
     Hashable: a primitive parameter."""
 
     scale: float
@@ -25,7 +28,7 @@ class Config:
     backend: Backend = "xla"
     q_offset: int = 0
     ring: Ring | None = None
-    scheme: Scheme = "ring"
+    scheme: Scheme = "auto"
 
 
 __all__ = ["SCHEMES", "Config", "Scheme"]

@@ -1,6 +1,6 @@
 """One device's attention: the bhtd layout, padding to whole blocks, and the primitives' call.
 
-    attend(q, k, v, key_mask, *, scale, causal, backend, q_offset=0, ring=None, scheme="ring")
+    attend(q, k, v, key_mask, *, scale, causal, backend, q_offset=0, ring=None, scheme="auto")
         -> (B, Tq, H, Dv)
 
 q (B, Tq, H, D), k (B, Tk, H, D), v (B, Tk, H, Dv) and the (B, Tk) bool key mask, checked by
@@ -49,7 +49,7 @@ def attend(
     backend: Backend,
     q_offset: int = 0,
     ring: Ring | None = None,
-    scheme: Scheme = "ring",
+    scheme: Scheme = "auto",
 ) -> jax.Array:
     """(B, Tq, H, Dv) in q's dtype: the attention of these arrays on this device (see module),
     or with ``ring`` of the whole sequence split over its mesh axes (q, k, v and the mask this

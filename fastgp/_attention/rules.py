@@ -113,7 +113,7 @@ def _lowering(name: str, ctx: mlir.LoweringRuleContext, *args: Any, config: Conf
     if (
         config.backend == "xla"
         and config.ring is None
-        and config.scheme == "ring"
+        and config.scheme != "all-gather"
         and _auto_over_devices(ctx)
     ):
         fn = _partitioned(name, config, bool(jax.config.read("jax_enable_x64")))

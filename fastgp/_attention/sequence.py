@@ -3,12 +3,20 @@
     in_shard_map(q, k, v, key_mask, axes, *, scheme, layout, **options)   inside shard_map
     explicit(q, k, v, key_mask, *, scheme, layout, **options)   explicit axes, tokens sharded
 
-Two schemes, each exact to every order:
+Three schemes, each exact to every order, and ``"auto"`` (the default), which takes the
+all-to-all where each device's heads are a multiple of n and the ring otherwise (the all-to-all
+holds the less memory per device: docs/performance.md):
 
-* ``"ring"`` (the default): every pass runs as n steps that pass the key and value blocks around
+* ``"ring"``: every pass runs as n steps that pass the key and value blocks around
   the devices (``fastgp._attention.ring``); a device holds its own tokens and at most two key
   blocks in flight, so attention's memory per device falls as 1/n. The tokens' ``layout`` is
   "contiguous" or, for causal masking with the work balanced, "zigzag" (``to_zigzag``).
+* ``"all-to-all"`` (DeepSpeed-Ulysses): an all-to-all trades the token split for a head split,
+  each device attends every token of H / n heads with one device's attention, and a second
+  all-to-all trades back (the key mask is gathered). All-to-all is linear, its transpose the
+  all-to-all back, so every derivative follows; memory per device falls as 1/n. The heads on
+  each device must be a multiple of n. Either layout: the zigzag order is undone after the first
+  all-to-all and redone before the second.
 * ``"all-gather"``: each device keeps its own queries and gathers every device's keys, values
   and key mask along the token axis (as context parallelism does). The gather is differentiable
   to every order (its transpose is a reduce-scatter), and the per-device attention is
@@ -31,6 +39,7 @@ from fastgp._attention.config import SCHEMES, Scheme
 from fastgp._attention.padded import attend
 from fastgp._attention.ring import LAYOUTS, Layout, Ring
 from fastgp._attention.sharding import check_vma_for
+from fastgp._attention.zigzag import from_zigzag, to_zigzag
 from fastgp._sharding import axes_of, mesh_of, spec_of
 from fastgp._typing import Backend
 from fastgp.distributed import varying_axes
@@ -84,25 +93,32 @@ def in_shard_map(
     axes: tuple[str, ...],
     *,
     causal: bool,
-    scheme: Scheme = "ring",
+    scheme: Scheme = "auto",
     layout: Layout = "contiguous",
     **options: Unpack[Options],
 ) -> jax.Array:
     """Inside shard_map: q, k, v (B, T_local, H, D) and key_mask (B, T_local) or None are this
     device's slice of the tokens, split over ``axes`` (in ``layout``); returns this device's
-    (B, T_local, H, Dv). ``scheme``: "ring" or "all-gather" (see the module)."""
+    (B, T_local, H, Dv). ``scheme``: "auto", "ring", "all-to-all" or "all-gather" (module);
+    ValueError where the scheme does not suit the arrays (all-to-all: H a multiple of n)."""
     arrays = [("q", q), ("k", k), ("v", v)]
     _check_varying([*arrays, *([("the key mask", key_mask)] if key_mask is not None else [])], axes)
     _refuse_generic_interpret(options["backend"], q)
     axis = axes if len(axes) > 1 else axes[0]
-    _check_layout(q, k, causal, scheme, layout, lax.axis_size(axis))
+    shards = lax.axis_size(axis)
+    check_known(scheme, layout)
+    if scheme == "auto":
+        scheme = "all-to-all" if q.shape[2] % shards == 0 else "ring"
+    _check_layout(q, k, causal, scheme, layout, shards)
     if key_mask is None:
         key_mask = jnp.ones(k.shape[:2], bool)
-    if lax.axis_size(axis) == 1:  # every token here: one device's attention (either layout)
+    if shards == 1:  # every token here: one device's attention (either layout)
         return attend(q, k, v, key_mask, causal=causal, **options)
     if scheme == "ring":
-        ring = Ring(axes, lax.axis_size(axis), layout if causal else "contiguous")
+        ring = Ring(axes, shards, layout if causal else "contiguous")
         return attend(q, k, v, key_mask, causal=causal, ring=ring, **options)
+    if scheme == "all-to-all":
+        return _heads_split(q, k, v, key_mask, axes, causal, layout, options)
     k_all, v_all, mask_all = (_gathered(x, axes) for x in (k, v, key_mask))
     if not causal:
         return attend(q, k_all, v_all, mask_all, causal=False, **options)
@@ -115,21 +131,57 @@ def in_shard_map(
     return attend(q, k_all, v_all, mask_all, causal=True, q_offset=t_all - t_local, **options)
 
 
+def _heads_split(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    key_mask: jax.Array,
+    axes: tuple[str, ...],
+    causal: bool,
+    layout: Layout,
+    options: Options,
+) -> jax.Array:
+    """The all-to-all scheme (see the module): (B, T_local, H, D) -> (B, T, H / n, D), one
+    device's attention, and back to (B, T_local, H, Dv)."""
+    axis = axes if len(axes) > 1 else axes[0]
+    shards = lax.axis_size(axis)
+    reorder = causal and layout == "zigzag"  # the keys' order is free where nothing is causal
+
+    def to_heads(x: jax.Array) -> jax.Array:
+        x = lax.all_to_all(x, axis, split_axis=2, concat_axis=1, tiled=True)
+        return from_zigzag(x, shards) if reorder else x
+
+    def to_tokens(x: jax.Array) -> jax.Array:
+        x = to_zigzag(x, shards) if reorder else x
+        return lax.all_to_all(x, axis, split_axis=1, concat_axis=2, tiled=True)
+
+    mask_all = _gathered(key_mask, axes)
+    mask_all = from_zigzag(mask_all, shards) if reorder else mask_all
+    o = attend(to_heads(q), to_heads(k), to_heads(v), mask_all, causal=causal, **options)
+    return to_tokens(o)
+
+
 def _check_layout(
     q: jax.Array, k: jax.Array, causal: bool, scheme: str, layout: str, shards: int
 ) -> None:
-    """The scheme and layout are known, and the local token counts suit them."""
-    check_known(scheme, layout)
+    """The local token and head counts suit the scheme and layout."""
     if causal and q.shape[1] != k.shape[1]:
         raise ValueError(
             f"fastgp.attention(is_causal=True, sample_axis_name=...): each device must hold as "
             f"many queries as keys, got {q.shape[1]} and {k.shape[1]}"
         )
+    if scheme == "all-to-all" and q.shape[2] % shards:
+        raise ValueError(
+            f"fastgp.attention(sequence_parallel='all-to-all'): the all-to-all splits each "
+            f"device's heads over the {shards} devices that split the tokens, but q has "
+            f"{q.shape[2]} heads on each device, not a multiple of {shards}. Pass "
+            f"sequence_parallel='ring' (any head count), or split the tokens over fewer devices."
+        )
     if layout == "zigzag" and causal:
-        if scheme != "ring":
+        if scheme == "all-gather":
             raise ValueError(
-                "fastgp.attention: sequence_layout='zigzag' runs on the ring; pass "
-                "sequence_parallel='ring' or the contiguous layout"
+                "fastgp.attention: sequence_layout='zigzag' runs on the ring or the all-to-all; "
+                "pass sequence_parallel='ring' or 'all-to-all', or the contiguous layout"
             )
         if q.shape[1] % 2:
             raise ValueError(
@@ -173,7 +225,7 @@ def explicit(
     key_mask: jax.Array | None,
     *,
     causal: bool,
-    scheme: Scheme = "ring",
+    scheme: Scheme = "auto",
     layout: Layout = "contiguous",
     **options: Unpack[Options],
 ) -> jax.Array:

@@ -72,8 +72,19 @@ def in_shard_map(mask, causal, backend, check_vma=True, scheme="ring", layout="c
     return fn
 
 
-# (scheme, layout): the ring in both layouts, and the all-gather
-SPLITS = [("ring", "contiguous"), ("ring", "zigzag"), ("all-gather", "contiguous")]
+# (scheme, layout): the ring and the all-to-all in both layouts, and the all-gather
+SPLITS = [
+    ("ring", "contiguous"),
+    ("ring", "zigzag"),
+    ("all-gather", "contiguous"),
+    ("all-to-all", "contiguous"),
+    ("all-to-all", "zigzag"),
+]
+
+
+def heads_for(split, heads):
+    """The all-to-all splits each device's heads over the 4 token shards: 4 heads for it."""
+    return 4 if split[0] == "all-to-all" else heads
 
 
 def naive(mask, causal):
@@ -111,7 +122,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_every_derivative_with_the_tokens_split_in_shard_map(case, split):
     b, t, h, d, causal, padding = case
-    args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
+    args, mask, tangents = inputs(b, t, t, heads_for(split, h), d, padding=padding)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
     ours = in_shard_map(mask, causal, "xla", scheme=split[0], layout=split[1])
     assert_same_derivatives(ours, naive(mask, causal), args, tangents)
@@ -120,8 +131,9 @@ def test_every_derivative_with_the_tokens_split_in_shard_map(case, split):
 @pytest.mark.parametrize("split", SPLITS, ids=str)
 def test_causal_with_several_query_blocks_per_shard(split):
     """520 queries a shard: two blocks of the XLA loop (the zigzag's chunks of 260: one block
-    each), each shard at its own causal offset."""
-    args, mask, tangents = inputs(1, 4 * 520, 4 * 520, 1, 8, padding=True)
+    each), each shard at its own causal offset (the all-to-all: 2,080 queries a device, in
+    order)."""
+    args, mask, tangents = inputs(1, 4 * 520, 4 * 520, heads_for(split, 1), 8, padding=True)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
     fn, oracle = (
         in_shard_map(mask, True, "xla", scheme=split[0], layout=split[1]),
@@ -149,15 +161,17 @@ def test_queries_without_a_visible_key_on_the_ring(layout):
         (CASES[0], "interpret", SPLITS[2]),
         (CASES[1], "interpret", SPLITS[2]),  # causal: the all-gather's offsets
         (CASES[1], "gpu-interpret", SPLITS[2]),
+        (CASES[1], "interpret", SPLITS[4]),  # causal: every token of a device's heads
     ],
     ids=str,
 )
 def test_the_kernels_with_the_tokens_split(case, backend, split):
     """Interpret-mode kernels per shard (the TPU family's and the Triton ones), at each shard's
-    causal offset (all-gather) or on each ring step's block. Generic interpret mode cannot carry
-    manual axis types (JAX 0.10.2), so this shard_map runs with check_vma=False."""
+    causal offset (all-gather), on each ring step's block, or on the whole sequence in order
+    (the all-to-all from the zigzag). Generic interpret mode cannot carry manual axis types
+    (JAX 0.10.2), so this shard_map runs with check_vma=False."""
     b, t, h, d, causal, padding = case
-    args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
+    args, mask, tangents = inputs(b, t, t, heads_for(split, h), d, padding=padding)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
     ours = in_shard_map(mask, causal, backend, False, *split)
     assert_same_derivatives(ours, naive(mask, causal), args, tangents)
@@ -167,7 +181,8 @@ def test_the_kernels_with_the_tokens_split(case, backend, split):
     "backend, split",
     # the TPU family on the contiguous ring, the Triton kernels on the zigzag's (each step's
     # kernel call is the same one-device call in either layout), both with the gather
-    [("interpret", s) for s in (SPLITS[0], SPLITS[2])] + [("gpu-interpret", s) for s in SPLITS[1:]],
+    [("interpret", s) for s in (SPLITS[0], SPLITS[2])]
+    + [("gpu-interpret", s) for s in SPLITS[1:3]],
     ids=str,
 )
 def test_the_kernels_with_several_blocks_per_shard(backend, split, monkeypatch):
@@ -185,10 +200,16 @@ def test_the_kernels_with_several_blocks_per_shard(backend, split, monkeypatch):
 EXPLICIT = {"batch x tokens": P("data", "seq"), "batch x heads": P("data", None, "seq")}
 
 
-@pytest.mark.parametrize("split", sorted(EXPLICIT))
-@pytest.mark.parametrize("backend", ["xla", "interpret"])
+@pytest.mark.parametrize(
+    "split, backend, scheme",
+    [(s, "xla", "ring") for s in sorted(EXPLICIT)]
+    # the interpret kernels on the ring are held in shard_map above; here with the gather
+    + [(s, "interpret", "all-gather") for s in sorted(EXPLICIT)]
+    + [("batch x tokens", "xla", "all-to-all")],
+    ids=str,
+)
 @pytest.mark.parametrize("causal", [False, True])
-def test_explicit_axes(causal, backend, split):
+def test_explicit_axes(causal, split, backend, scheme: Scheme):
     """jax.jit under explicit axes, the batch over "data" and the tokens (or the heads) over
     "seq": the arrays' types say how they are split; no axis name is passed. The kernels run per
     device in a shard_map fastgp builds."""
@@ -196,8 +217,6 @@ def test_explicit_axes(causal, backend, split):
     mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Explicit,) * 2)
     spec = EXPLICIT[split]
     mask_in = jax.device_put(mask, NamedSharding(mesh, P(*spec[:2])))
-    # the interpret kernels on the ring are held in shard_map above; here with the gather
-    scheme: Scheme = "all-gather" if backend == "interpret" else "ring"
     ours = lambda q, k, v: fastgp.attention(
         q, k, v, mask=mask_in, is_causal=causal, backend=backend, sequence_parallel=scheme
     )
@@ -366,6 +385,26 @@ def test_the_all_gather_gathers_only_keys_values_and_the_mask():
     assert "reduce-scatter" in found or "all-reduce" in found
 
 
+def test_the_all_to_all_trades_tokens_for_heads_and_gathers_only_the_mask():
+    """The all-to-all's forward: q, k and v to heads and the output back (4 all-to-alls), the
+    key mask gathered (1 all-gather, of booleans); its VJP's only gather is the mask's; and
+    under Auto jax.jit "all-to-all" runs the ring (collective-permutes, no all-to-all)."""
+    args, mask, _ = inputs(2, 64, 64, 4, 16, padding=True)
+    args = placed(seq_mesh(), SEQ, args)
+    fn = in_shard_map(mask, True, "xla", scheme="all-to-all")
+    found = collectives(fn, *args)
+    assert len(found["all-to-all"]) == 4 and "collective-permute" not in found, sorted(found)
+    assert [" pred[" in line for line in found["all-gather"]] == [True], found["all-gather"]
+    ct = jnp.ones((2, 64, 4, 16))
+    found = collectives(lambda *a: jax.vjp(fn, *a)[1](ct), *args)
+    assert len(found["all-to-all"]) >= 7, len(found["all-to-all"])  # 4 there and 3 back (or 4)
+    assert all(" pred[" in line for line in found["all-gather"]), found["all-gather"]
+    auto = in_auto_jit(mask, True, sequence_parallel="all-to-all")
+    found = collectives(auto, *args)
+    assert "collective-permute" in found and "all-to-all" not in found, sorted(found)
+    assert rel_err(jax.jit(auto)(*args), naive(mask, True)(*args)) < RTOL
+
+
 def test_refusals_name_the_problem():
     args, _, _ = inputs(1, 16, 16, 1, 8)
     mesh = seq_mesh()
@@ -405,6 +444,8 @@ def test_refusals_name_the_problem():
         jax.jit(in_auto_jit(None, True, sequence_layout="zigzag"))(*placed_args)
     with pytest.raises(ValueError, match="sequence_parallel='rings' is not one of"):
         jax.jit(in_auto_jit(None, True, sequence_parallel="rings"))(*placed_args)
+    with pytest.raises(ValueError, match="q has 1 heads on each device, not a multiple of 4"):
+        jax.jit(split("all-to-all", "contiguous"))(*placed_args)
     odd, _, _ = inputs(1, 12, 12, 1, 8)  # 3 tokens a device
     with pytest.raises(ValueError, match="token count must be even, got 3"):
         jax.jit(split("ring", "zigzag"))(*placed(mesh, SEQ, odd))
