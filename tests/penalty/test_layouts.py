@@ -26,7 +26,6 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import fastgp
-from fastgp._attention.sequence import Scheme
 from oracles import to64, value_grad_hvp
 
 B, T, C, WIDTH, HEADS = 8, 32, 4, 8, 2
@@ -61,10 +60,8 @@ def critic(p, x, seq=None, model=None, fsdp=None):
     start = 0 if seq is None else lax.axis_index(seq) * t
     h = x @ p["embed"] + lax.dynamic_slice_in_dim(p["pos"], start, t)
     q, k, v = (jnp.einsum("btc,chd->bthd", h, p["qkv"][:, i]) for i in range(3))
-    # split tokens: the gather inside shard_map, the ring (the default) under explicit axes and
-    # Auto jax.jit; the ring in shard_map under the penalty is test_sequence_parallel.py's
-    scheme: Scheme = "all-gather" if seq is not None else "ring"
-    o = fastgp.attention(q, k, v, is_causal=True, sample_axis_name=seq, sequence_parallel=scheme)
+    # split tokens: the ring in every mode (2 heads over 4 devices: "auto" takes it)
+    o = fastgp.attention(q, k, v, is_causal=True, sample_axis_name=seq)
     out = jnp.einsum("bthd,hdc->btc", o, p["out"])
     if model is not None:
         out = lax.psum(out, model)
