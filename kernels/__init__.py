@@ -2,7 +2,7 @@
 
     penalty/     per-sample float32 sums of squares of a gradient leaf
       tpu.py       row_sumsq (B, D) and lane_sumsq (..., S, B): Mosaic, grid (P, K)
-      gpu.py       row_sumsq: Triton, one program per sample
+      gpu.py       row_sumsq: Triton, grid (B, spans of a row)
       tiling.py    Blocks, row_blocks, lane_blocks per TPU generation
     attention/   flash attention whose derivatives to second order are kernels ("bhtd" layout)
       forward.py      flash_forward: o and the log-sum-exp

@@ -9,8 +9,10 @@ ValueError naming the alternatives.
 
 Both kernel families take the arrays as ``fastgp._attention.padded`` pads them (lengths to the
 TPU blocks in ``Config``). The Triton kernels then walk them in power-of-two tiles that divide
-those blocks (``gpu_blocks``), and need power-of-two head dims >= 16: other head dims are padded
-with zero features here, which changes no score, and the results sliced back.
+those blocks (``gpu_blocks``; the largest tile edge, warps and stages per pass and head dim from
+the traced GPU's tuned table, ``fastgp._gpu_tuned``), and need power-of-two head dims >= 16:
+other head dims are padded with zero features here, which changes no score, and the results
+sliced back.
 """
 
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from fastgp import _backends as backends
+from fastgp import _gpu_tuned as gpu_tuned
 from fastgp._attention import rules, xla
 from fastgp._attention.config import Config
 from fastgp._refusals import refuse_when_lowered
@@ -99,7 +102,8 @@ def _gpu(name: str, config: Config) -> rules.Impl:
         d, dv = q.shape[3], v.shape[3]
         width = {d: _gpu_width(d), dv: _gpu_width(dv)}
         operands = [x if x.ndim != 4 else _pad_features(x, width[x.shape[3]]) for x in args]
-        block_q, block_k = gpu.gpu_blocks(q.shape[2], args[1].shape[2])
+        launch = gpu_tuned.attention_launch(name, max(width.values()))
+        block_q, block_k = gpu.gpu_blocks(q.shape[2], args[1].shape[2], launch.block)
         results = kernel(
             *operands,
             scale=config.scale,
@@ -108,6 +112,8 @@ def _gpu(name: str, config: Config) -> rules.Impl:
             block_q=block_q,
             block_k=block_k,
             interpret=config.backend == "gpu-interpret",
+            num_warps=launch.num_warps,
+            num_stages=launch.num_stages,
         )
         widths = {"d": d, "v": dv}
         return tuple(

@@ -14,7 +14,8 @@ that the kernel's operand is a bitcast of the leaf, not a relayout copy:
 ``"auto"`` resolves in ``fastgp._backends`` (XLA today). ``"pallas"`` runs the TPU kernels on every
 leaf on TPU and the Triton kernel on CUDA, and fails to lower, with a ValueError naming the
 alternatives, anywhere else. Every kernel backend runs on each device's block of a sharded leaf
-(``fastgp._penalty.sharding``); the kernels tile for ``fastgp._backends.generation``.
+(``fastgp._penalty.sharding``); the TPU kernels tile for ``fastgp._backends.generation``, the
+Triton kernel splits each row to fill the GPU (``fastgp._gpu_tuned.penalty_programs``).
 """
 
 import functools
@@ -27,6 +28,7 @@ from einops import rearrange
 from jax import lax
 
 from fastgp import _backends as backends
+from fastgp import _gpu_tuned as gpu_tuned
 from fastgp._penalty.sharding import HOST_CALLBACKS, NO_TPU_PARTITIONER, BlockSumsq, per_device
 from fastgp._penalty.xla import xla_sumsq
 from fastgp._refusals import refuse_when_lowered
@@ -84,7 +86,15 @@ def _tpu_sumsq(backend: Backend) -> BlockSumsq:
 
 def _gpu_sumsq(backend: Backend) -> BlockSumsq:
     interpret = bool(backends.interpret_mode(backend))
-    return lambda leaf: penalty_gpu.row_sumsq(_as_rows(leaf), interpret=interpret)
+
+    def sumsq(leaf: jax.Array) -> jax.Array:
+        rows = _as_rows(leaf)
+        batch, features = rows.shape
+        programs = gpu_tuned.penalty_programs()
+        split = penalty_gpu.splits(batch, features, rows.dtype.itemsize, programs)
+        return penalty_gpu.row_sumsq(rows, split=split, interpret=interpret)
+
+    return sumsq
 
 
 def _unsupported(backend: Backend) -> BlockSumsq:

@@ -1,6 +1,7 @@
 """Pallas GPU (Triton) kernels for the attention passes of the TPU family.
 
-    PASSES[name](*operands, **layout.Static)     (vmem_limit_bytes, a TPU limit, is ignored)
+    PASSES[name](*operands, **layout.Static)     (vmem_limit_bytes, a TPU limit, is ignored;
+                                                 num_warps and num_stages set the launch)
 
 ``name`` and the operands are those of ``kernels.attention``'s TPU functions (``flash_<name>``,
 same order, same results and dtypes); the tile algebra is theirs (``tiles``). Grids:
@@ -34,11 +35,12 @@ MAX_BLOCK = 64
 Arrays = tuple[jax.Array, ...]
 
 
-def gpu_blocks(tq: int, tk: int) -> tuple[int, int]:
-    """(block_q, block_k): the largest power of two up to 64 dividing each padded length."""
+def gpu_blocks(tq: int, tk: int, max_block: int = MAX_BLOCK) -> tuple[int, int]:
+    """(block_q, block_k): the largest power of two up to ``max_block`` dividing each padded
+    length (ValueError below 16)."""
 
     def block(length: int) -> int:
-        size = MAX_BLOCK
+        size = max_block
         while length % size:
             size //= 2
         if size < 16:
@@ -152,7 +154,9 @@ def _run(
         grid=grid,
         in_specs=[_spec(lay, kind, call.key_major) for kind in call.kinds.split()],
         out_specs=tuple(_spec(lay, kind, call.key_major) for kind in call.out_kinds.split()),
-        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
+        compiler_params=plgpu.CompilerParams(
+            num_warps=static.get("num_warps", 4), num_stages=static.get("num_stages", 2)
+        ),
         interpret=static.get("interpret", False),
         name=f"fastgp_attention_{call.kernel.__name__.strip('_')}",
     )(*operands)

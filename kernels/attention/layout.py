@@ -226,6 +226,8 @@ class Static(TypedDict):
     ``pltpu.InterpretParams``; False by default). vmem_limit_bytes: the TPU's scoped-VMEM limit
     (``tiling.blocks(...).vmem_limit_bytes``; None: Mosaic's default). q_offset: the first
     query's position among the keys (causal only; a sequence shard's start), 0 by default.
+    num_warps, num_stages: the Triton kernels' launch (4 and 2 by default; the TPU kernels
+    ignore them).
     """
 
     scale: float
@@ -235,6 +237,8 @@ class Static(TypedDict):
     interpret: NotRequired[Interpret]
     vmem_limit_bytes: NotRequired[int | None]
     q_offset: NotRequired[int]
+    num_warps: NotRequired[int]
+    num_stages: NotRequired[int]
 
 
 STATIC = tuple(Static.__annotations__)

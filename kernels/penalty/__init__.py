@@ -2,10 +2,10 @@
 
     tpu.row_sumsq(g, blocks=, interpret=)    g (B, D), batch along the sublanes -> (B,) float32
     tpu.lane_sumsq(g, blocks=, interpret=)   g (..., S, B), batch along the lanes -> (B,) float32
-    gpu.row_sumsq(g, interpret=)             g (B, D), one Triton program per sample
+    gpu.row_sumsq(g, split=, interpret=)     g (B, D), Triton programs over spans of each row
 
-``tiling`` sizes the TPU kernels' blocks for a generation (``row_blocks``, ``lane_blocks``); the
-caller passes them in.
+``tiling`` sizes the TPU kernels' blocks for a generation (``row_blocks``, ``lane_blocks``), and
+``gpu.splits`` the Triton kernel's spans for a number of programs; the caller passes them in.
 """
 
 from .gpu import row_sumsq as gpu_row_sumsq

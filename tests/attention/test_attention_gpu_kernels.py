@@ -11,6 +11,7 @@ block no query sees are all reached; and the TPU set's cases at a non-zero query
 """
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -237,3 +238,33 @@ def test_auto_on_a_gpu_runs_the_kernels_per_shard_with_the_tokens_split(scheme, 
     else:
         assert "stablehlo.while" not in text
         assert "all_gather" in text
+
+
+class _TunedGpu:
+    """A traced device the tuned table names (lowering for CUDA from this host names none)."""
+
+    platform, device_kind, core_count = "gpu", "NVIDIA H200", 132
+
+
+def test_the_tuned_table_sets_each_pass_launch(monkeypatch):
+    """The traced GPU's row of fastgp/tuned/gpu.json sets a pass's tile edge, warps and stages at
+    its head dim; a pass or head dim it does not name keeps the defaults (64, 4 warps, 2
+    stages). Read from the CUDA program's Triton calls."""
+    from fastgp import _gpu_tuned
+
+    row = {"attention": {"forward": {"64": {"block": 32, "num_warps": 8, "num_stages": 3}}}}
+    monkeypatch.setattr(_gpu_tuned, "_device", lambda: _TunedGpu())
+    monkeypatch.setattr(_gpu_tuned, "table", lambda: {_TunedGpu.device_kind: row})
+    fn = lambda q, k, v: fastgp.attention(q, k, v, backend="pallas")
+    step = jax.jit(lambda q, k, v: jax.vjp(fn, q, k, v)[1](fn(q, k, v)))
+    launches = {}
+    for d in (64, 32):
+        s = jax.ShapeDtypeStruct((2, 256, 2, d), jnp.bfloat16)
+        text = jax.export.export(step, platforms=["cuda"], disabled_checks=[TRITON])(s, s, s)
+        launches[d] = re.findall(
+            r"grid_z = (\d+) : i32.*?num_stages = (\d+) : i32, num_warps = (\d+)",
+            text.mlir_module(),
+        )
+    # (grid_z: query or key blocks of 256, stages, warps) of the forward, then the VJP's two
+    assert launches[64] == [("8", "3", "8"), ("4", "2", "4"), ("4", "2", "4")]
+    assert launches[32] == [("4", "2", "4")] * 3

@@ -20,13 +20,32 @@ TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
 
 @pytest.mark.parametrize("batch,features", [(1, 1), (3, 100), (9, 4097), (2, 70000)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
-def test_gpu_kernel_matches_float64(batch, features, dtype):
+@pytest.mark.parametrize("programs", [1, 5, 528])
+def test_gpu_kernel_matches_float64(batch, features, dtype, programs):
+    """One program a row, and rows split into spans (the last one short: 70,000 features are 17
+    chunks of 4,096 and a part; 5 programs for 1-2 rows split them in 3-5 spans)."""
     rng = np.random.default_rng(features)
     g = jnp.asarray(rng.standard_normal((batch, features)), dtype)
     g64 = np.asarray(g.astype(jnp.float32), np.float64)
-    sums = np.asarray(penalty_gpu.row_sumsq(g, interpret=True))
+    split = penalty_gpu.splits(batch, features, g.dtype.itemsize, programs)
+    sums = np.asarray(penalty_gpu.row_sumsq(g, split=split, interpret=True))
     assert sums.dtype == np.float32
     np.testing.assert_allclose(sums, np.sum(g64**2, axis=1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch", [1, 4, 64, 1024])
+@pytest.mark.parametrize("features", [1, 3000, 70000, 1 << 20])
+@pytest.mark.parametrize("programs", [1, 132, 528])
+def test_spans_cover_each_row_once_and_fill_the_grid(batch, features, programs):
+    """Whole chunks a span, no span empty, every feature in one span; the grid reaches the
+    programs asked for where the row has chunks for them, and splits no row that needs none."""
+    split = penalty_gpu.splits(batch, features, 4, programs)
+    row_chunks = -(-features // split.chunk)
+    assert split.chunk & (split.chunk - 1) == 0 and 128 <= split.chunk <= penalty_gpu.MAX_CHUNK
+    assert (split.spans - 1) * split.chunks < row_chunks <= split.spans * split.chunks
+    assert batch * split.spans >= min(programs, batch * row_chunks)
+    if batch >= programs:
+        assert split.spans == 1
 
 
 def critic(params, x):
@@ -51,6 +70,18 @@ def test_whole_penalty_step_lowers_for_cuda(backend, dtype):
         assert "__gpu$xla.gpu.triton" in text and "fastgp_row_sumsq" in text
     else:
         assert "__gpu$xla.gpu.triton" not in text
+
+
+def test_few_rows_split_over_the_grid_for_cuda():
+    """64 rows of 2^20 features, lowered for CUDA from this host (no GPU named: an H100's 132
+    multiprocessors, 4 programs each: at least 9 spans a row): 10 spans of 28 chunks (the last of
+    4), a (10, 64) grid of 640 programs, where one program a row had 64."""
+    g = jax.ShapeDtypeStruct((64, 1 << 20), jnp.float32)
+    step = lambda g: penalty.grad_norms(g, backend="pallas")
+    text = jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[TRITON])(
+        g
+    ).mlir_module()
+    assert re.findall(r"grid_x = (\d+) : i32, grid_y = (\d+)", text) == [("10", "64")]
 
 
 @pytest.mark.parametrize("spec", [P("data"), P("data", "model")], ids=["batch", "batch+feature"])
@@ -95,3 +126,25 @@ def test_auto_sharded_export_names_explicit_sharding_instead():
     )
     with pytest.raises(ValueError, match=r"cannot hold.*explicit sharding"):
         jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[TRITON])(w, x)
+
+
+class _TunedGpu:
+    """A traced GPU of 16 multiprocessors that the tuned table names."""
+
+    platform, device_kind, core_count = "gpu", "A small GPU", 16
+
+
+def test_the_tuned_table_sets_the_programs_per_multiprocessor(monkeypatch):
+    """The traced GPU's multiprocessors times its tuned programs each (16 x 2 = 32): 4 rows of
+    2^20 features split into 8 spans."""
+    from fastgp import _gpu_tuned
+
+    monkeypatch.setattr(_gpu_tuned, "_device", lambda: _TunedGpu())
+    row = {"penalty": {"programs_per_sm": 2}}
+    monkeypatch.setattr(_gpu_tuned, "table", lambda: {_TunedGpu.device_kind: row})
+    g = jax.ShapeDtypeStruct((4, 1 << 20), jnp.float32)
+    step = lambda g: penalty.grad_norms(g, backend="pallas")
+    text = jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[TRITON])(
+        g
+    ).mlir_module()
+    assert re.findall(r"grid_x = (\d+) : i32, grid_y = (\d+)", text) == [("8", "4")]
