@@ -2,11 +2,14 @@
 
     python -m benchmarks.gpu.bandwidth --out benchmarks/results/gpu/gpu_bandwidth.md
 
-Bandwidth counts the minimum HBM bytes: the sum of squares reads g once; the copy reads and
-writes it. Medians of repeated timed calls after warm-up, all in one run.
+The norm kernel as the penalty runs it (each row split over spans for the device's programs:
+``fastgp._gpu_tuned.penalty_programs``), beside one program a row. Bandwidth counts the minimum
+HBM bytes: the sum of squares reads g once; the copy reads and writes it. Medians of repeated
+timed calls after warm-up, all in one run.
 """
 
 import argparse
+import functools
 import os
 import time
 
@@ -16,6 +19,7 @@ import numpy as np
 
 import benchmarks
 from benchmarks.tables import markdown_table, table_row
+from fastgp import _gpu_tuned as gpu_tuned
 from fastgp._penalty.xla import xla_sumsq
 from fastgp.kernels.penalty import gpu as penalty_gpu
 
@@ -40,11 +44,22 @@ def main():
     rows = [
         (
             f"Device: {device.device_kind}; JAX {jax.__version__}. GB/s from minimum bytes; "
-            "kernel / XLA is a ratio of times (lower is better)."
+            "kernel / XLA is a ratio of times (lower is better); kernel / copy a ratio of GB/s."
         ),
         "",
         *markdown_table(
-            ["B x D", "dtype", "copy GB/s", "kernel GB/s", "XLA GB/s", "kernel / XLA"], []
+            [
+                "B x D",
+                "dtype",
+                "spans",
+                "copy GB/s",
+                "kernel GB/s",
+                "one program a row GB/s",
+                "XLA GB/s",
+                "kernel / XLA",
+                "kernel / copy",
+            ],
+            [],
         ),
     ]
     for batch, features in SHAPES:
@@ -52,7 +67,10 @@ def main():
             g = jax.random.normal(jax.random.PRNGKey(0), (batch, features), dtype)
             nbytes = g.size * g.dtype.itemsize
             copy = median_seconds(jax.jit(lambda x: x * 1), g)
-            kernel = median_seconds(jax.jit(penalty_gpu.row_sumsq), g)
+            programs = gpu_tuned.penalty_programs()
+            split = penalty_gpu.splits(batch, features, g.dtype.itemsize, programs)
+            kernel = median_seconds(functools.partial(penalty_gpu.row_sumsq, split=split), g)
+            per_row = median_seconds(jax.jit(penalty_gpu.row_sumsq), g)
             xla = median_seconds(jax.jit(xla_sumsq), g)
             gbs = lambda b, t: f"{b / t / 1e9:.0f}"
             rows.append(
@@ -60,10 +78,13 @@ def main():
                     [
                         f"{batch} x {features}",
                         jnp.dtype(dtype).name,
+                        split.spans,
                         gbs(2 * nbytes, copy),
                         gbs(nbytes, kernel),
+                        gbs(nbytes, per_row),
                         gbs(nbytes, xla),
                         f"{kernel / xla:.2f}",
+                        f"{nbytes * copy / (2 * nbytes * kernel):.2f}",
                     ]
                 )
             )

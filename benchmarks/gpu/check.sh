@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and JAX with CUDA already installed (no network needed):
-# the GPU kernels' correctness on the device (the penalty's and attention's), the penalty kernel's
-# bandwidth against a device-to-device copy and the XLA path, then the long ViT critic's penalty
-# steps through each attention (time, peak memory, largest batch). Under 8 minutes on one H200:
+# the GPU kernels' correctness on the device (the penalty's and attention's), the kernels' launch
+# settings swept (gpu_tuned.json, installed for the later stages), the penalty kernel's bandwidth
+# against a device-to-device copy and the XLA path, then the long ViT critic's penalty steps
+# through each attention (time, peak memory, largest batch). Under 10 minutes on one H200:
 # every stage has its own time limit, and a stage that fails or runs out of time does not stop
 # the next. Results and each stage's log land in ${OUT:-benchmarks/results/gpu}; the exit status
 # is 1 when any stage failed.
@@ -55,21 +56,28 @@ stage() {
     [[ $rc == 0 ]] || failed+=("$name")
 }
 
-stage gpu_devices 60 "$python" -P -c \
+stage gpu_devices 30 "$python" -P -c \
     "import jax; print('JAX', jax.__version__, jax.devices()); print(jax.devices()[0].memory_stats())"
 if [[ "$mode" == --capacity ]]; then
     stage attention_gpu_capacity 540 "$python" -P -m benchmarks.gpu.attention --capacity-only \
         --budget-s 480 --out "$out/attention_gpu_capacity"
 else
-    stage gpu_tests 150 "$python" -P -m pytest -q -p no:cacheprovider -o addopts="-ra" \
+    stage gpu_tests 120 "$python" -P -m pytest -q -p no:cacheprovider -o addopts="-ra" \
         -o pythonpath="" --rootdir=. \
         tests/penalty/test_gpu_device.py tests/attention/test_attention_gpu_device.py
+    stage gpu_sweep 150 "$python" -P -m benchmarks.gpu.sweep "${smoke[@]}" --budget-s 120 \
+        --out "$out"
+    if [[ -s "$out/gpu_tuned.json" ]]; then  # the later stages run the swept launches
+        rm "$site/fastgp/tuned"
+        mkdir "$site/fastgp/tuned"
+        cp "$out/gpu_tuned.json" "$site/fastgp/tuned/gpu.json"
+    fi
     if [[ ${#smoke[@]} -eq 0 ]]; then
         stage gpu_bandwidth 60 "$python" -P -m benchmarks.gpu.bandwidth \
             --out "$out/gpu_bandwidth.md"
     fi
-    stage attention_gpu_run 300 "$python" -P -m benchmarks.gpu.attention "${smoke[@]}" \
-        --budget-s 240 --out "$out/attention_gpu"
+    stage attention_gpu_run 240 "$python" -P -m benchmarks.gpu.attention "${smoke[@]}" \
+        --budget-s 200 --out "$out/attention_gpu"
 fi
 
 if [[ ${#failed[@]} -gt 0 ]]; then
