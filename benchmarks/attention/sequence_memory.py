@@ -14,7 +14,7 @@ program of an exact R1 (the gradient of ``sum(jvp(attention, (q, k, v), (q, k, v
 Each is compiled for one CPU device holding everything, and with the tokens split over n devices:
 inside ``shard_map`` (``sample_axis_name``), under explicit axes and under Auto ``jax.jit`` (the
 arrays' shardings alone), with each ``sequence_parallel`` scheme that applies ("all-to-all" where
-n divides the heads; under Auto ``jax.jit`` it runs the ring, so it is left out). The figure is the
+n divides the heads). The figure is the
 compiled program's temporaries per device (XLA's memory analysis) over one device's, set beside
 1/n; the collectives in each program; and the fastest of ``--repeats`` runs of each on this
 machine's simulated devices (all on the same cores, so the times compare the schemes with each
@@ -118,11 +118,11 @@ def sharded_attention(n: int, mode: str, scheme: Scheme) -> tuple[Any, Any]:
     return fn, (mesh, spec)
 
 
-def applies(scheme: Scheme, mode: str, heads: int, n: int) -> bool:
-    """Whether ``scheme`` runs as itself here: "auto" is one of the others, the all-to-all needs
-    n to divide the heads, and under Auto jax.jit it runs the ring."""
+def applies(scheme: Scheme, heads: int, n: int) -> bool:
+    """Whether ``scheme`` runs as itself here: "auto" is one of the others, and the all-to-all
+    needs n to divide the heads."""
     if scheme == "all-to-all":
-        return heads % n == 0 and mode != "auto jit"
+        return heads % n == 0
     return scheme != "auto"
 
 
@@ -142,7 +142,7 @@ def run(
         rows.append({"tokens": tokens, "program": name, "shards": 1, **base})
         for n in shards:
             for mode in modes:
-                for scheme in (s for s in SCHEMES if applies(s, mode, heads, n)):
+                for scheme in (s for s in SCHEMES if applies(s, heads, n)):
                     fn, (mesh, spec) = sharded_attention(n, mode, scheme)
                     placed = [jax.device_put(x, NamedSharding(mesh, spec)) for x in args]
                     sharded = programs(fn)[name]
@@ -296,7 +296,7 @@ def tpu_rows(topology: str, tokens: int, shards: list[int]) -> list[dict[str, An
     rows = []
     for n in shards:
         one: list[Scheme] = ["ring"]
-        schemes = [s for s in SCHEMES if applies(s, "shard_map", HEADS_TPU, n)] if n > 1 else one
+        schemes = [s for s in SCHEMES if applies(s, HEADS_TPU, n)] if n > 1 else one
         for scheme in schemes:
             name = "reverse-over-forward"
             compiled = tpu_compiled(topology, tokens, n, scheme, (name,))[name]

@@ -143,8 +143,8 @@ def attention(
     loops); ``sample_axis_name``: inside shard_map, the mesh axes the tokens are split over
     (under explicit axes the arrays' types say so); ``sequence_parallel``: "auto" (the all-to-all
     where it applies, else the ring), "ring", "all-to-all" (the heads on each device a multiple
-    of the token shards) or "all-gather" (under Auto ``jax.jit`` all but "all-gather", which
-    leaves the tokens to XLA, run the ring);
+    of the token shards; under Auto ``jax.jit`` the ring where they are not) or "all-gather"
+    (under Auto ``jax.jit``, XLA's partitioner gathers the tokens);
     ``sequence_layout``: "contiguous" or "zigzag" (see ``fastgp.to_zigzag``). The rest are
     Flax's attention_fn keywords, named so that Linen passes them: ``dtype`` casts q, k, v;
     dropout (unless deterministic), a bias, a module to sow into, a precision and custom einsums

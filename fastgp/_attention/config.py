@@ -16,9 +16,10 @@ class Config:
     the passes (``"xla"`` or a kernel backend), and the first query's position among the keys
     (``q_offset``: a sequence shard's start, for causal masking), ``ring``: the mesh axes the
     tokens are split over when every pass runs as ring steps (``fastgp._attention.ring``), and
-    ``scheme``: how an Auto-sharded program attends split tokens: gathered by XLA's
-    partitioner ("all-gather"), else on the ring (the partitioner's callback sees one pass at a
-    time, not the attention whose heads an all-to-all would trade).
+    ``scheme``: how an Auto-sharded program attends split tokens
+    (``fastgp._attention.partitioned``): gathered by XLA's partitioner ("all-gather"), on the ring
+    ("ring"), or with the all-to-all where the heads allow and the ring otherwise ("auto",
+    "all-to-all").
     Hashable: a primitive parameter."""
 
     scale: float

@@ -9,9 +9,14 @@ lowers it through here in such a program) is instead one custom call whose parti
 chooses from its operands' shardings:
 
 * batch and heads stay split as q's are;
-* when q's token axis is split over mesh axes into whole blocks on each device (for causal
-  masking, with queries and keys on one grid), every token axis stays split over them and the
-  pass runs as ring steps over those axes (``fastgp._attention.ring``), as in ``shard_map``;
+* when q's token axis is split over n devices whose count divides the tokens and each device's
+  heads, and the scheme is "auto" or "all-to-all", every token axis stays split and the body
+  trades it for a head split (all-to-alls; the key mask gathered), runs the one-device pass on
+  every token of its heads, and trades the results back, as the all-to-all scheme does in
+  ``shard_map`` (``fastgp._attention.sequence``);
+* otherwise, when q's token axis is split over mesh axes into whole blocks on each device (for
+  causal masking, with queries and keys on one grid), every token axis stays split over them and
+  the pass runs as ring steps over those axes (``fastgp._attention.ring``), as in ``shard_map``;
 * every other axis is whole on each device (the partitioner gathers what is split otherwise).
 
 ``impl_of(config)`` is the pass on one device's arrays, or as ring steps when ``config.ring`` is
@@ -25,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -66,14 +72,50 @@ def _on_ring(config: Config, tokens: Any, mesh: Any, tq: int, tk: int) -> Config
     return dataclasses.replace(config, block_q=block_q, block_k=block_k, ring=Ring(axes, n))
 
 
-def _plan(config: Config, mesh: Any, operands: Sequence[Any]) -> tuple[_Plan, Config]:
-    """The split of a pass's operands (q, k first) and the config its body runs with."""
+def _on_heads(config: Config, spec: Any, mesh: Any, shape: Sequence[int]) -> bool:
+    """Whether the pass trades its token split for a head split (the all-to-all): a scheme that
+    takes it, q's tokens split over n devices that divide the tokens and each device's heads."""
+    if config.scheme not in ("auto", "all-to-all") or config.q_offset:
+        return False
+    size = lambda entry: math.prod(mesh.shape[a] for a in axes_of(entry))
+    n, heads = size(spec[2]), shape[1] // size(spec[1])
+    return n > 1 and heads % n == 0 and shape[2] % n == 0
+
+
+def _heads_split(body: Impl, axes: tuple[str, ...]) -> Impl:
+    """``body`` on every token of this device's share of the heads: each operand's token split
+    traded for a head split (the key mask gathered), and each result's back."""
+    axis = axes if len(axes) > 1 else axes[0]
+
+    def to_heads(x: jax.Array) -> jax.Array:
+        if x.ndim == 2:
+            return lax.all_gather(x, axis, axis=1, tiled=True)
+        return lax.all_to_all(x, axis, split_axis=1, concat_axis=2, tiled=True)
+
+    def run(*args: jax.Array) -> tuple[jax.Array, ...]:
+        results = body(*(to_heads(x) for x in args))
+        return tuple(
+            lax.all_to_all(r, axis, split_axis=2, concat_axis=1, tiled=True) for r in results
+        )
+
+    return run
+
+
+def _plan(config: Config, mesh: Any, operands: Sequence[Any]) -> tuple[_Plan, Config, bool]:
+    """The split of a pass's operands (q, k first), the config its body runs with, and whether
+    the body trades tokens for heads."""
     spec = full_spec(getattr(operands[0].sharding, "spec", ()), 4)
-    tq, tk = operands[0].shape[2], operands[1].shape[2]
-    on_ring = _on_ring(config, spec[2], mesh, tq, tk) if spec[2] is not None else None
+    if spec[2] is None:
+        return _Plan(spec[0], spec[1], None), config, False
+    if (
+        _on_heads(config, spec, mesh, operands[0].shape)
+        and operands[1].shape[2] % math.prod(mesh.shape[a] for a in axes_of(spec[2])) == 0
+    ):
+        return _Plan(spec[0], spec[1], spec[2]), config, True
+    on_ring = _on_ring(config, spec[2], mesh, operands[0].shape[2], operands[1].shape[2])
     if on_ring is None:
-        return _Plan(spec[0], spec[1], None), config
-    return _Plan(spec[0], spec[1], spec[2]), on_ring
+        return _Plan(spec[0], spec[1], None), config, False
+    return _Plan(spec[0], spec[1], spec[2]), on_ring, False
 
 
 def _rule(key_args: frozenset[int], key_results: frozenset[int]) -> Callable[..., str]:
@@ -114,16 +156,18 @@ def partitioned(
         return tuple(impl_of(config)(*args))
 
     def shardings(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:
-        plan, body_config = _plan(config, mesh, operands)
+        plan, body_config, on_heads = _plan(config, mesh, operands)
         place = lambda shapes: tuple(NamedSharding(mesh, plan.spec(len(s.shape))) for s in shapes)
-        return body_config, place(operands), place(results)
+        body = impl_of(body_config)
+        if on_heads:
+            body = _heads_split(body, axes_of(plan.tokens))
+        return body, place(operands), place(results)
 
     def infer(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:
         return shardings(mesh, operands, results)[2]
 
     def partition(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:
-        body_config, operand_shardings, result_shardings = shardings(mesh, operands, results)
-        body = impl_of(body_config)
+        body, operand_shardings, result_shardings = shardings(mesh, operands, results)
         # XLA calls this on a compile thread, which does not see a thread-local jax.enable_x64
         # of the lowering's; JAX traces ``lower`` right after this returns, with the body's
         # operand types as the lowering saw them only if 64-bit types are on until then

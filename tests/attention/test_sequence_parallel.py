@@ -267,10 +267,11 @@ def in_auto_jit(mask, causal, **split):
     )
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", CASES + [(2, 64, 4, 16, True, True)], ids=str)
 def test_every_derivative_with_the_tokens_split_under_auto_jit(case):
     """Auto jax.jit, the tokens sharded over "seq" and nothing else said: fastgp partitions each
-    pass itself (the ring), and every derivative set equals one device's."""
+    pass itself (the ring, or with 4 heads the all-to-all), and every derivative set equals one
+    device's."""
     b, t, h, d, causal, padding = case
     args, mask, tangents = inputs(b, t, t, h, d, padding=padding)
     args, tangents = placed(seq_mesh(), SEQ, (args, tangents))
@@ -293,7 +294,7 @@ def test_auto_jit_on_other_meshes(layout):
     mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Auto,) * 2)
     (q, k, v), mask, (dq, dk, dv) = inputs(b, tq, tk, h, 8, padding=True)
     causal = tq == tk
-    fn = in_auto_jit(mask, causal)
+    fn = in_auto_jit(mask, causal, sequence_parallel="ring")
     q, dq = placed(mesh, spec, (q, dq))
     k, v, dk, dv = placed(mesh, spec, (k, v, dk, dv))
     assert_same_first_order(fn, naive(mask, causal), (q, k, v), (dq, dk, dv))
@@ -387,8 +388,10 @@ def test_the_all_gather_gathers_only_keys_values_and_the_mask():
 
 def test_the_all_to_all_trades_tokens_for_heads_and_gathers_only_the_mask():
     """The all-to-all's forward: q, k and v to heads and the output back (4 all-to-alls), the
-    key mask gathered (1 all-gather, of booleans); its VJP's only gather is the mask's; and
-    under Auto jax.jit "all-to-all" runs the ring (collective-permutes, no all-to-all)."""
+    key mask gathered (1 all-gather, of booleans); its VJP's only gather is the mask's. Under
+    Auto jax.jit each pass trades its own operands ("auto" takes it: 4 heads over 4 devices),
+    with the tokens over two mesh axes too (8 heads over 8 devices); where the heads do not split
+    over the token shards (4 over 8), "all-to-all" there runs the ring."""
     args, mask, _ = inputs(2, 64, 64, 4, 16, padding=True)
     args = placed(seq_mesh(), SEQ, args)
     fn = in_shard_map(mask, True, "xla", scheme="all-to-all")
@@ -399,10 +402,20 @@ def test_the_all_to_all_trades_tokens_for_heads_and_gathers_only_the_mask():
     found = collectives(lambda *a: jax.vjp(fn, *a)[1](ct), *args)
     assert len(found["all-to-all"]) >= 7, len(found["all-to-all"])  # 4 there and 3 back (or 4)
     assert all(" pred[" in line for line in found["all-gather"]), found["all-gather"]
-    auto = in_auto_jit(mask, True, sequence_parallel="all-to-all")
-    found = collectives(auto, *args)
-    assert "collective-permute" in found and "all-to-all" not in found, sorted(found)
-    assert rel_err(jax.jit(auto)(*args), naive(mask, True)(*args)) < RTOL
+    auto = in_auto_jit(mask, True)
+    found = collectives(lambda *a: jax.vjp(auto, *a)[1](ct), *args)
+    assert "all-to-all" in found and "collective-permute" not in found, sorted(found)
+    assert all(" pred[" in line for line in found["all-gather"]), found["all-gather"]
+    mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Auto,) * 2)
+    for heads, kind in [(8, "all-to-all"), (4, "ring")]:
+        (q, k, v), mask, (dq, dk, dv) = inputs(1, 128, 128, heads, 8, padding=True)
+        fn = in_auto_jit(mask, True, sequence_parallel="all-to-all")
+        spec = P(None, ("data", "seq"))
+        args, tangents = placed(mesh, spec, ((q, k, v), (dq, dk, dv)))
+        assert_same_first_order(fn, naive(mask, True), args, tangents)
+        found = collectives(fn, *args)
+        assert ("all-to-all" in found) == (kind == "all-to-all"), (heads, sorted(found))
+        assert ("collective-permute" in found) == (kind == "ring"), (heads, sorted(found))
 
 
 def test_refusals_name_the_problem():
