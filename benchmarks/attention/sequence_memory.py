@@ -2,7 +2,8 @@
 
     python -m benchmarks.attention.sequence_memory [--tokens 4096 16384] [--shards 2 4 8]
         [--repeats 3] [--heads 2] [--modes shard_map explicit "auto jit"]
-    -> benchmarks/results/attention/sequence_memory.{json,md}   (--heads 8: sequence_memory_h8)
+    -> benchmarks/results/attention/sequence_memory.{json,md}   (--heads 8: sequence_memory_h8;
+       --out: a path of its own)
     python -m benchmarks.attention.sequence_memory --topology v5e:4x4 [--tokens 65536 262144]
         [--shards 1 4 8 16]
     -> benchmarks/results/attention/sequence_memory_tpu.{json,md}
@@ -29,6 +30,7 @@ falls as 1/n).
 
 import argparse
 import os
+import pathlib
 import sys
 import time
 from typing import Any
@@ -186,12 +188,13 @@ def table(result: dict[str, Any]) -> list[str]:
     ]
     head = ["T", "program", "n", "1 / n"] + [f"{scheme} ({mode})" for scheme, mode in splits]
     if all("seconds" in r for r in result["rows"]):  # records before the clock have none
-        head.append("ring s / gather s (shard_map)")
+        others = [s for s, m in splits if m == "shard_map" and s != "ring"]
+        head += [f"{s} s / ring s (shard_map)" for s in others]
         for row, (t, program, n) in zip(cells, keys, strict=True):
-            ring, gather = (
-                seconds[(t, program, n, "shard_map", s)] for s in ("ring", "all-gather")
-            )
-            row.append(f"{ring / gather:.2f}")
+            ring = seconds[(t, program, n, "shard_map", "ring")]
+            for s in others:
+                other = seconds.get((t, program, n, "shard_map", s))
+                row.append("" if other is None else f"{other / ring:.2f}")
     return markdown_table(head, cells)
 
 
@@ -354,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--heads", type=int, default=HEADS, help="heads of the CPU programs")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--out", type=pathlib.Path, help="the results' path, without suffix")
     args = parser.parse_args(argv)
     invocation = sys.argv[1:] if argv is None else list(argv)
     if args.topology:
@@ -367,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for t in tokens for row in run(t, shards, args.repeats, args.heads, modes)]
     result = {"argv": invocation, "heads": args.heads, **records.provenance(), "rows": rows}
     out = OUT if args.heads == HEADS else OUT.with_name(f"{OUT.name}_h{args.heads}")
+    out = args.out or out
     records.write(out, result, markdown)
     return 0
 
