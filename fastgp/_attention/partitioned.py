@@ -72,14 +72,14 @@ def _on_ring(config: Config, tokens: Any, mesh: Any, tq: int, tk: int) -> Config
     return dataclasses.replace(config, block_q=block_q, block_k=block_k, ring=Ring(axes, n))
 
 
-def _on_heads(config: Config, spec: Any, mesh: Any, shape: Sequence[int]) -> bool:
+def _on_heads(config: Config, spec: Any, mesh: Any, heads: int, tq: int, tk: int) -> bool:
     """Whether the pass trades its token split for a head split (the all-to-all): a scheme that
     takes it, q's tokens split over n devices that divide the tokens and each device's heads."""
     if config.scheme not in ("auto", "all-to-all") or config.q_offset:
         return False
     size = lambda entry: math.prod(mesh.shape[a] for a in axes_of(entry))
-    n, heads = size(spec[2]), shape[1] // size(spec[1])
-    return n > 1 and heads % n == 0 and shape[2] % n == 0
+    n = size(spec[2])
+    return n > 1 and (heads // size(spec[1])) % n == 0 and tq % n == 0 and tk % n == 0
 
 
 def _heads_split(body: Impl, axes: tuple[str, ...]) -> Impl:
@@ -107,12 +107,10 @@ def _plan(config: Config, mesh: Any, operands: Sequence[Any]) -> tuple[_Plan, Co
     spec = full_spec(getattr(operands[0].sharding, "spec", ()), 4)
     if spec[2] is None:
         return _Plan(spec[0], spec[1], None), config, False
-    if (
-        _on_heads(config, spec, mesh, operands[0].shape)
-        and operands[1].shape[2] % math.prod(mesh.shape[a] for a in axes_of(spec[2])) == 0
-    ):
+    (_, heads, tq, _), tk = operands[0].shape, operands[1].shape[2]
+    if _on_heads(config, spec, mesh, heads, tq, tk):
         return _Plan(spec[0], spec[1], spec[2]), config, True
-    on_ring = _on_ring(config, spec[2], mesh, operands[0].shape[2], operands[1].shape[2])
+    on_ring = _on_ring(config, spec[2], mesh, tq, tk)
     if on_ring is None:
         return _Plan(spec[0], spec[1], None), config, False
     return _Plan(spec[0], spec[1], spec[2]), on_ring, False
