@@ -472,13 +472,14 @@ def test_refusals_name_the_problem():
 T, C, WIDTH, HEADS = 32, 3, 16, 2
 
 
-def critic_params():
+def critic_params(heads=HEADS):
+    """2 heads over 4 devices: attention's "auto" runs the ring; 4 heads: the all-to-all."""
     ks = jax.random.split(jax.random.PRNGKey(11), 5)
     return {
         "embed": jax.random.normal(ks[0], (C, WIDTH)) * 0.5,
         "pos": jax.random.normal(ks[1], (T, WIDTH)) * 0.2,
-        "qkv": jax.random.normal(ks[2], (WIDTH, 3, HEADS, WIDTH // HEADS)) * 0.3,
-        "out": jax.random.normal(ks[3], (HEADS, WIDTH // HEADS, WIDTH)) * 0.3,
+        "qkv": jax.random.normal(ks[2], (WIDTH, 3, heads, WIDTH // heads)) * 0.3,
+        "out": jax.random.normal(ks[3], (heads, WIDTH // heads, WIDTH)) * 0.3,
         "head": jax.random.normal(ks[4], (WIDTH,)),
     }
 
@@ -510,8 +511,9 @@ def value_grad_hvp(loss, params):
 
 
 @functools.cache
-def naive_value_grad_hvp(kind):
-    """The one-device oracle of the sequence-parallel critic's penalty, once per kind."""
+def naive_value_grad_hvp(kind, heads=HEADS):
+    """The one-device oracle of the sequence-parallel critic's penalty, once per kind and head
+    count."""
 
     def oracle(params, x):
         return value_grad_hvp(
@@ -521,15 +523,16 @@ def naive_value_grad_hvp(kind):
             params,
         )
 
-    return jax.jit(oracle)(critic_params(), tokens())
+    return jax.jit(oracle)(critic_params(heads), tokens())
 
 
 # R1 differs from WGAN-GP only in the penalty of each norm, which the penalty's own
 # sample-axis tests hold; its cases run in make test, WGAN-GP's in make check too.
+@pytest.mark.parametrize("heads", [HEADS, 4], ids=["ring", "all-to-all"])
 @pytest.mark.parametrize("second_order", ["reverse-over-forward", "reverse"])
 @pytest.mark.parametrize("kind", [pytest.param("r1", marks=pytest.mark.slow), "wgan-gp"])
-def test_exact_penalty_through_a_sequence_parallel_transformer_critic(kind, second_order):
-    params = critic_params()
+def test_exact_penalty_through_a_sequence_parallel_transformer_critic(kind, second_order, heads):
+    params = critic_params(heads)
     mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Auto,) * 2)
 
     def step(params, x):
@@ -547,7 +550,8 @@ def test_exact_penalty_through_a_sequence_parallel_transformer_critic(kind, seco
 
     run = jax.shard_map(step, mesh=mesh, in_specs=(P(), P("data", "seq")), out_specs=P())
     got = jax.jit(run)(placed(mesh, P(), params), placed(mesh, P("data", "seq"), tokens()))
-    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(naive_value_grad_hvp(kind)), strict=True):
+    want = naive_value_grad_hvp(kind, heads)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         scale = float(np.max(np.abs(w)))
         assert float(np.max(np.abs(np.asarray(g) - np.asarray(w)))) <= RTOL * scale
 
