@@ -15,7 +15,7 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     training/train_time.json           the toy runs' times and quality (training/train_time.md)
     training/trainer_runs.json         the digits runs, and the published toy figures
     attention/attention_tpu.json       the long-sequence ViT critics (attention/attention_tpu.md)
-    attention/sequence_tpu.json        the ViT critic's tokens over 4-16 v5e chips, gather and ring
+    attention/sequence_tpu.json        the ViT critic's tokens over 4-16 v5e chips, every scheme
     approximate_r1/approximate_r1*     approximate_r1 against exact R1 (its own tables, .json)
     approximate_r1/long_sequences.json the long ViT's R1 steps on CPU (with attention_tpu.json's)
     approximate_r1/transformer_training.json  the ViT critic trained with each penalty
@@ -584,6 +584,14 @@ def attention_sequence_tpu_ring(results):
     return sequence_tpu.table(records, scheme="ring")
 
 
+def attention_sequence_tpu_all_to_all(results):
+    """performance.md's table of the same steps with the all-to-all, at n = 4 (the heads)."""
+    from benchmarks.attention import sequence_tpu
+
+    records = _json_in(results.dir, "attention/sequence_tpu.json")
+    return sequence_tpu.table(records, shards=(4,), scheme="all-to-all")
+
+
 def exactness_recipe_runs(results):
     """trainer.md's table of the relativistic recipe's default runs on MNIST."""
     from benchmarks.exactness import recipe_run
@@ -714,6 +722,7 @@ BLOCKS = {
     "attention-tpu": attention_tpu,
     "attention-sequence-tpu": attention_sequence_tpu,
     "attention-sequence-tpu-ring": attention_sequence_tpu_ring,
+    "attention-sequence-tpu-all-to-all": attention_sequence_tpu_all_to_all,
     "attention-jvp-memory": attention_jvp_memory,
     "attention-sequence-memory": attention_sequence_memory,
     "exactness-recipe-runs": exactness_recipe_runs,
@@ -779,6 +788,7 @@ SOURCES = {
     "attention-tpu": ("attention/attention_tpu.json",),
     "attention-sequence-tpu": ("attention/sequence_tpu.json",),
     "attention-sequence-tpu-ring": ("attention/sequence_tpu.json",),
+    "attention-sequence-tpu-all-to-all": ("attention/sequence_tpu.json",),
     "attention-jvp-memory": ("attention/jvp_memory.json",),
     "attention-sequence-memory": ("attention/sequence_memory.json",),
     "attention-sequence-memory-tpu": ("attention/sequence_memory_tpu.json",),

@@ -3,15 +3,16 @@
     python -m benchmarks.attention.sequence_tpu [--tokens 16384,65536] [--shards 1,4,8,16]
                                                 [--kinds r1,wgan-gp] [--capacity 65536:16]
                                                 [--max-compiles 6] [--budget-s 2400]
-                                                [--scheme all-gather|ring]
+                                                [--scheme all-gather|ring|all-to-all]
 
 The zoo's long ViT critic (``zoo.critics.vit_long``: 4x4 patches, dim 256, 4 heads of 64, 2 pre-LN
 blocks; parameters float32, cast to bfloat16 with the input, as ``benchmarks.attention.tpu``
 does), rewritten here for sequence parallelism (:func:`vit_seq`): each chip holds a band of every
 image's rows, i.e. a contiguous slice of its tokens; the attention is ``fastgp.attention(...,
 backend="pallas", sample_axis_name="seq", sequence_parallel=scheme)`` (``--scheme``: each chip
-keeps its queries and gathers the keys and values, "all-gather", or passes them around the ring,
-"ring"; records of both schemes share one file, those without a scheme are the gather's), the
+keeps its queries and gathers the keys and values, "all-gather", passes them around the ring,
+"ring", or trades the token split for a head split, "all-to-all", at n = 4, the heads' count;
+records of every scheme share one file, those without a scheme are the gather's), the
 position embedding is this shard's slice (``lax.axis_index("seq") * T_local``) and the token mean
 is a ``psum`` over "seq", so every slice returns the whole sample's score.
 
@@ -445,7 +446,7 @@ def _gib(n):
 
 
 def _collective_cell(record):
-    kinds = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute")
+    kinds = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute", "all-to-all")
     return " / ".join(str(record["counts"].get(k, {}).get("collectives", 0)) for k in kinds)
 
 
@@ -481,7 +482,7 @@ def table(records, tokens=TOKENS, shards=SHARDS, kinds=KINDS, scheme="all-gather
             "global batch",
             "peak GiB per chip",
             "peak x n GiB",
-            "all-gather / reduce-scatter / all-reduce / collective-permute",
+            "all-gather / reduce-scatter / all-reduce / collective-permute / all-to-all",
             "largest global batch",
         ],
         rows,
