@@ -2,8 +2,10 @@
 # On a machine with an NVIDIA GPU and JAX with CUDA already installed (no network needed):
 # the GPU kernels' correctness on the device (the penalty's and attention's), the kernels' launch
 # settings swept (gpu_tuned.json, installed for the later stages), the penalty kernel's bandwidth
-# against a device-to-device copy and the XLA path, then the long ViT critic's penalty steps
-# through each attention (time, peak memory, largest batch). Under 10 minutes on one H200:
+# against a device-to-device copy and the XLA path, attention's reverse-over-reverse step beside
+# its peers (FLASHBACK=MODULE:FUNCTION adds flashback's, built there; see benchmarks/gpu/peers.py),
+# then the long ViT critic's penalty steps through each attention (time, peak memory, largest
+# batch). Under 10 minutes on one H200:
 # every stage has its own time limit, and a stage that fails or runs out of time does not stop
 # the next. Results and each stage's log land in ${OUT:-benchmarks/results/gpu}; the exit status
 # is 1 when any stage failed.
@@ -76,8 +78,12 @@ else
         stage gpu_bandwidth 60 "$python" -P -m benchmarks.gpu.bandwidth \
             --out "$out/gpu_bandwidth.md"
     fi
-    stage attention_gpu_run 240 "$python" -P -m benchmarks.gpu.attention "${smoke[@]}" \
-        --budget-s 200 --out "$out/attention_gpu"
+    peers=(--out "$out/gpu_peers")
+    [[ -n "${FLASHBACK:-}" ]] && peers+=(--flashback "$FLASHBACK")
+    stage gpu_peers 60 "$python" -P -m benchmarks.gpu.peers "${smoke[@]}" --budget-s 45 \
+        "${peers[@]}"
+    stage attention_gpu_run 180 "$python" -P -m benchmarks.gpu.attention "${smoke[@]}" \
+        --budget-s 150 --out "$out/attention_gpu"
 fi
 
 if [[ ${#failed[@]} -gt 0 ]]; then
