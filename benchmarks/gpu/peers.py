@@ -114,8 +114,8 @@ def measure(
 
 def _difference(got: Any, want: Any) -> float:
     """The largest difference over every array, over the largest entry of ``want``."""
-    pairs = zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
-    pairs = [(np.asarray(a, np.float32), np.asarray(b, np.float32)) for a, b in pairs]
+    leaves = zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
+    pairs = [(np.asarray(a, np.float32), np.asarray(b, np.float32)) for a, b in leaves]
     scale = max(float(np.max(np.abs(b))) for _, b in pairs)
     return max(float(np.max(np.abs(a - b))) for a, b in pairs) / scale
 
