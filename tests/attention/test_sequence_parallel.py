@@ -302,6 +302,28 @@ def test_auto_jit_on_other_meshes(layout):
     assert "collective-permute" in found and "all-gather" not in found, sorted(found)
 
 
+@pytest.mark.parametrize(
+    "layout",
+    [
+        (2, 96, 64, 4, P("data", "seq", None), False),  # cross attention beside the batch
+        (2, 64, 64, 8, P(None, "seq", "data"), True),  # heads split too: 4 a device over 4
+        (2, 64, 64, 4, P("data", "seq"), True),  # batch x tokens, causal
+    ],
+    ids=str,
+)
+def test_auto_jit_all_to_all_on_other_meshes(layout):
+    """The all-to-all ("auto" takes it) under Auto jax.jit on a (2, 4) mesh: value, VJP and JVP
+    against one device; all-to-alls, no collective-permute."""
+    b, tq, tk, h, spec, causal = layout
+    mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Auto,) * 2)
+    (q, k, v), mask, (dq, dk, dv) = inputs(b, tq, tk, h, 8, padding=True)
+    fn = in_auto_jit(mask, causal)
+    q, k, v, dq, dk, dv = placed(mesh, spec, (q, k, v, dq, dk, dv))
+    assert_same_first_order(fn, naive(mask, causal), (q, k, v), (dq, dk, dv))
+    found = collectives(lambda *a: jax.vjp(fn, *a)[1](jnp.ones(q.shape)), q, k, v)
+    assert "all-to-all" in found and "collective-permute" not in found, sorted(found)
+
+
 def test_auto_jit_gathers_tokens_that_do_not_split_into_blocks():
     """26 tokens a device (no block of a multiple of 8 tiles them), or sequence_parallel=
     "all-gather": XLA's partitioner gathers the tokens instead of the ring, still exact."""
