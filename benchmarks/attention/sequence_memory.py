@@ -51,6 +51,7 @@ import fastgp
 from benchmarks import records
 from benchmarks.tables import markdown_table
 from fastgp import _compiled as cf
+from fastgp._attention.config import heads_split
 from fastgp._attention.sequence import SCHEMES, Scheme
 
 OUT = benchmarks.RESULTS / "attention" / "sequence_memory"
@@ -124,7 +125,7 @@ def applies(scheme: Scheme, heads: int, n: int) -> bool:
     """Whether ``scheme`` runs as itself here: "auto" is one of the others, and the all-to-all
     needs n to divide the heads."""
     if scheme == "all-to-all":
-        return heads % n == 0
+        return heads_split(heads, n)
     return scheme != "auto"
 
 

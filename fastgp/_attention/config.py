@@ -10,6 +10,12 @@ Scheme = Literal["auto", "ring", "all-to-all", "all-gather"]
 SCHEMES: tuple[Scheme, ...] = ("auto", "ring", "all-to-all", "all-gather")
 
 
+def heads_split(heads: int, shards: int) -> bool:
+    """Whether an all-to-all can trade a token split over ``shards`` devices for a head split:
+    ``heads`` (each device's) a multiple of ``shards``."""
+    return heads % shards == 0
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Score scale, causal masking, the queries and keys a step handles, the backend that runs
@@ -32,4 +38,4 @@ class Config:
     scheme: Scheme = "auto"
 
 
-__all__ = ["SCHEMES", "Config", "Scheme"]
+__all__ = ["SCHEMES", "Config", "Scheme", "heads_split"]

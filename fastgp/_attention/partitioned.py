@@ -35,7 +35,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp._attention.config import Config
+from fastgp._attention.config import Config, heads_split
 from fastgp._attention.permute import own_channels
 from fastgp._attention.ring import Ring
 from fastgp._sharding import axes_of, full_spec
@@ -62,14 +62,15 @@ def _on_ring(config: Config, tokens: Any, mesh: Any, tq: int, tk: int) -> Config
     """The pass's config as ring steps over the mesh axes of q's token entry, with blocks that
     tile each device's tokens (a divisor of the blocks, a multiple of 8); None where the tokens
     do not split so (or, causal, queries and keys would not share one grid)."""
-    axes = axes_of(tokens)
-    n = math.prod(mesh.shape[a] for a in axes)
+    n = _devices(tokens, mesh)
     if n < 2 or tq % n or tk % n or config.q_offset:
         return None
     block_q, block_k = math.gcd(config.block_q, tq // n), math.gcd(config.block_k, tk // n)
     if block_q % 8 or block_k % 8 or (config.causal and (tq != tk or block_q != block_k)):
         return None
-    return dataclasses.replace(config, block_q=block_q, block_k=block_k, ring=Ring(axes, n))
+    return dataclasses.replace(
+        config, block_q=block_q, block_k=block_k, ring=Ring(axes_of(tokens), n)
+    )
 
 
 def _on_heads(config: Config, spec: Any, mesh: Any, heads: int, tq: int, tk: int) -> bool:
@@ -77,12 +78,18 @@ def _on_heads(config: Config, spec: Any, mesh: Any, heads: int, tq: int, tk: int
     takes it, q's tokens split over n devices that divide the tokens and each device's heads."""
     if config.scheme not in ("auto", "all-to-all") or config.q_offset:
         return False
-    size = lambda entry: math.prod(mesh.shape[a] for a in axes_of(entry))
-    n = size(spec[2])
-    return n > 1 and (heads // size(spec[1])) % n == 0 and tq % n == 0 and tk % n == 0
+    n = _devices(spec[2], mesh)
+    return (
+        n > 1 and heads_split(heads // _devices(spec[1], mesh), n) and tq % n == 0 and tk % n == 0
+    )
 
 
-def _heads_split(body: Impl, axes: tuple[str, ...]) -> Impl:
+def _devices(entry: Any, mesh: Any) -> int:
+    """The devices a spec entry splits an axis over (1: none)."""
+    return math.prod(mesh.shape[a] for a in axes_of(entry))
+
+
+def _all_to_all(body: Impl, axes: tuple[str, ...]) -> Impl:
     """``body`` on every token of this device's share of the heads: each operand's token split
     traded for a head split (the key mask gathered), and each result's back."""
     axis = axes if len(axes) > 1 else axes[0]
@@ -158,7 +165,7 @@ def partitioned(
         place = lambda shapes: tuple(NamedSharding(mesh, plan.spec(len(s.shape))) for s in shapes)
         body = impl_of(body_config)
         if on_heads:
-            body = _heads_split(body, axes_of(plan.tokens))
+            body = _all_to_all(body, axes_of(plan.tokens))
         return body, place(operands), place(results)
 
     def infer(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:

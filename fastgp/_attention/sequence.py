@@ -35,7 +35,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp._attention.config import SCHEMES, Scheme
+from fastgp._attention.config import SCHEMES, Scheme, heads_split
 from fastgp._attention.padded import attend
 from fastgp._attention.ring import LAYOUTS, Layout, Ring
 from fastgp._attention.sharding import check_vma_for
@@ -108,7 +108,7 @@ def in_shard_map(
     shards = lax.axis_size(axis)
     check_known(scheme, layout)
     if scheme == "auto":
-        scheme = "all-to-all" if q.shape[2] % shards == 0 else "ring"
+        scheme = "all-to-all" if heads_split(q.shape[2], shards) else "ring"
     _check_layout(q, k, causal, scheme, layout, shards)
     if key_mask is None:
         key_mask = jnp.ones(k.shape[:2], bool)
@@ -118,7 +118,7 @@ def in_shard_map(
         ring = Ring(axes, shards, layout if causal else "contiguous")
         return attend(q, k, v, key_mask, causal=causal, ring=ring, **options)
     if scheme == "all-to-all":
-        return _heads_split(q, k, v, key_mask, axes, causal, layout, options)
+        return _all_to_all(q, k, v, key_mask, axes, shards, causal, layout, options)
     k_all, v_all, mask_all = (_gathered(x, axes) for x in (k, v, key_mask))
     if not causal:
         return attend(q, k_all, v_all, mask_all, causal=False, **options)
@@ -131,20 +131,21 @@ def in_shard_map(
     return attend(q, k_all, v_all, mask_all, causal=True, q_offset=t_all - t_local, **options)
 
 
-def _heads_split(
+def _all_to_all(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
     key_mask: jax.Array,
     axes: tuple[str, ...],
+    shards: int,
     causal: bool,
     layout: Layout,
     options: Options,
 ) -> jax.Array:
-    """The all-to-all scheme (see the module): (B, T_local, H, D) -> (B, T, H / n, D), one
-    device's attention, and back to (B, T_local, H, Dv)."""
+    """The all-to-all scheme (see the module) over the ``shards`` devices of ``axes``:
+    (B, T_local, H, D) -> (B, T, H / n, D), one device's attention, and back to
+    (B, T_local, H, Dv)."""
     axis = axes if len(axes) > 1 else axes[0]
-    shards = lax.axis_size(axis)
     reorder = causal and layout == "zigzag"  # the keys' order is free where nothing is causal
 
     def to_heads(x: jax.Array) -> jax.Array:
@@ -170,7 +171,7 @@ def _check_layout(
             f"fastgp.attention(is_causal=True, sample_axis_name=...): each device must hold as "
             f"many queries as keys, got {q.shape[1]} and {k.shape[1]}"
         )
-    if scheme == "all-to-all" and q.shape[2] % shards:
+    if scheme == "all-to-all" and not heads_split(q.shape[2], shards):
         raise ValueError(
             f"fastgp.attention(sequence_parallel='all-to-all'): the all-to-all splits each "
             f"device's heads over the {shards} devices that split the tokens, but q has "
