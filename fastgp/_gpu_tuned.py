@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 from fastgp import _backends as backends
+from fastgp.kernels.attention import gpu
 
 DEFAULT_SMS = 132  # an H100's or H200's, for a lowering that names no GPU
 DEFAULT_PROGRAMS_PER_SM = 4
@@ -24,11 +25,12 @@ DEFAULT_PROGRAMS_PER_SM = 4
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
-    """A Triton attention kernel's largest tile edge (a power of two), warps and stages."""
+    """A Triton attention kernel's largest tile edge (a power of two), warps and stages; by
+    default the kernels' own."""
 
-    block: int = 64
-    num_warps: int = 4
-    num_stages: int = 2
+    block: int = gpu.MAX_BLOCK
+    num_warps: int = gpu.NUM_WARPS
+    num_stages: int = gpu.NUM_STAGES
 
 
 @functools.cache

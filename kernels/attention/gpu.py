@@ -32,6 +32,7 @@ from .layout import Layout, Static, entry, layout_of, named
 from .tiles import NEG, Tiles, accumulate
 
 MAX_BLOCK = 64
+NUM_WARPS, NUM_STAGES = 4, 2  # the launch when the caller names none
 Arrays = tuple[jax.Array, ...]
 
 
@@ -155,7 +156,8 @@ def _run(
         in_specs=[_spec(lay, kind, call.key_major) for kind in call.kinds.split()],
         out_specs=tuple(_spec(lay, kind, call.key_major) for kind in call.out_kinds.split()),
         compiler_params=plgpu.CompilerParams(
-            num_warps=static.get("num_warps", 4), num_stages=static.get("num_stages", 2)
+            num_warps=static.get("num_warps", NUM_WARPS),
+            num_stages=static.get("num_stages", NUM_STAGES),
         ),
         interpret=static.get("interpret", False),
         name=f"fastgp_attention_{call.kernel.__name__.strip('_')}",
@@ -415,4 +417,4 @@ PASSES: dict[str, Callable[..., Arrays]] = {
     "second_vjp": _entry("second_vjp", _second_vjp_pass, 5),
 }
 
-__all__ = ["PASSES", "gpu_blocks"]
+__all__ = ["MAX_BLOCK", "NUM_STAGES", "NUM_WARPS", "PASSES", "gpu_blocks"]

@@ -226,8 +226,8 @@ class Static(TypedDict):
     ``pltpu.InterpretParams``; False by default). vmem_limit_bytes: the TPU's scoped-VMEM limit
     (``tiling.blocks(...).vmem_limit_bytes``; None: Mosaic's default). q_offset: the first
     query's position among the keys (causal only; a sequence shard's start), 0 by default.
-    num_warps, num_stages: the Triton kernels' launch (4 and 2 by default; the TPU kernels
-    ignore them).
+    num_warps, num_stages: the Triton kernels' launch (``gpu.NUM_WARPS`` and ``gpu.NUM_STAGES``
+    by default; the TPU kernels ignore them).
     """
 
     scale: float
