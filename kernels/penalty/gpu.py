@@ -1,8 +1,8 @@
 """Pallas GPU (Triton) kernel with the contract of ``penalty_tpu.row_sumsq``: per-sample sums of
 squares of a (B, D) leaf, (B,) float32.
 
-The grid is (B, splits): program (b, s) sums one span of row b's features in power-of-two chunks
-with masked loads, accumulating in float32, and writes one partial sum; the (B, splits) partials
+The grid is (B, spans): program (b, s) sums one span of row b's features in power-of-two chunks
+with masked loads, accumulating in float32, and writes one partial sum; the (B, spans) partials
 are then summed in float32. Splitting the feature axis fills the device when the rows are few
 (one program per row cannot: 64 rows against 132 SMs). ``jax.vmap`` of a ``pallas_call`` over the
 spans adds the row axis, as in JAX's own GPU layer norm. Any D >= 1 works without padding. GPU
