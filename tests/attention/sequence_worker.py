@@ -1,7 +1,8 @@
 """One process of a 2-process x 4-device run: the R1 step of a sequence-parallel transformer
-critic, its tokens over a "seq" axis inside each process and its batch over "data" across them.
+critic in each layout of ``LAYOUTS``, its batch over "data" and its tokens over "seq".
 
-    python tests/attention/sequence_worker.py PROCESS_ID PORT   -> one JSON line on stdout
+    python tests/attention/sequence_worker.py PROCESS_ID PORT   -> one JSON line on stdout:
+        {layout: {"value": ..., "grads": {...}}}
 """
 
 import json
@@ -31,8 +32,20 @@ def global_array(value, mesh, spec):
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
 
-def main():
-    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "seq"))
+# layout: (the 8 devices of both processes as the (data, seq) mesh, attention heads). Process 0
+# holds devices 0-3, process 1 devices 4-7.
+LAYOUTS = {
+    # the tokens inside each process, the batch across them; 2 heads over 4: the ring
+    "tokens within, ring": ([[0, 1, 2, 3], [4, 5, 6, 7]], 2),
+    # each sample's tokens over both processes: the ring's hops 1 -> 4 and 5 -> 0 cross them
+    "tokens across, ring": ([[0, 1, 4, 5], [2, 3, 6, 7]], 2),
+    # 4 heads over 4: the all-to-all, trading between the processes
+    "tokens across, all-to-all": ([[0, 1, 4, 5], [2, 3, 6, 7]], 4),
+}
+
+
+def r1_step(mesh, heads):
+    """R1 and its parameter gradients on ``mesh``, in shard_map."""
 
     def r1_and_grads(params, x):
         r1 = lambda p: fastgp.gradient_penalty(
@@ -47,10 +60,18 @@ def main():
     step = jax.jit(
         jax.shard_map(r1_and_grads, mesh=mesh, in_specs=(P(), P("data", "seq")), out_specs=P())
     )
-    params = jax.tree.map(lambda a: global_array(a, mesh, P()), critic_params())
-    value, grads = step(params, global_array(tokens(), mesh, P("data", "seq")))
+    params = jax.tree.map(lambda a: global_array(a, mesh, P()), critic_params(heads))
+    return step(params, global_array(tokens(), mesh, P("data", "seq")))
+
+
+def main():
+    devices = np.array(jax.devices())
     local = lambda a: np.asarray(a.addressable_data(0)).tolist()
-    print(json.dumps({"value": local(value), "grads": jax.tree.map(local, grads)}), flush=True)
+    results = {}
+    for layout, (grid, heads) in LAYOUTS.items():
+        value, grads = r1_step(Mesh(devices[np.array(grid)], ("data", "seq")), heads)
+        results[layout] = {"value": local(value), "grads": jax.tree.map(local, grads)}
+    print(json.dumps(results), flush=True)
     jax.distributed.shutdown()
 
 

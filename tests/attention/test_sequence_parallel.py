@@ -579,33 +579,39 @@ def test_exact_penalty_through_a_sequence_parallel_transformer_critic(kind, seco
 
 
 @pytest.mark.slow
-def test_two_processes_of_four_devices_equal_one_device():
-    """Real jax.distributed processes (gloo on 127.0.0.1): batch over "data" across the two,
-    tokens over "seq" within each; R1 and its parameter gradients equal one device's."""
+def test_two_processes_of_four_devices_equal_one_device(tmp_path):
+    """Real jax.distributed processes (gloo on 127.0.0.1), in each layout of the worker's
+    LAYOUTS: the batch across the two and the tokens within each (the ring), and each sample's
+    tokens across both (the ring, and with 4 heads the all-to-all, trading between processes);
+    R1 and its parameter gradients equal one device's."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
     worker = Path(__file__).with_name("sequence_worker.py")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(worker), str(i), port],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for i in range(2)
-    ]
-    outputs = [proc.communicate(timeout=600) for proc in procs]
-    for proc, (_, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err[-3000:]
-    params, x = critic_params(), tokens()
-    r1 = lambda p: fastgp.naive_gradient_penalty(lambda y: transformer_critic(p, y), x, kind="r1")
-    want_value, want_grads = jax.value_and_grad(r1)(params)
-    for out, _ in outputs:
+    # files, not pipes: a worker blocked on a full pipe that nobody reads would hold the other
+    # at jax.distributed's shutdown barrier
+    logs = [(tmp_path / f"out{i}", tmp_path / f"err{i}") for i in range(2)]
+    procs = []
+    for i, (out, err) in enumerate(logs):
+        with out.open("w") as stdout, err.open("w") as stderr:
+            command = [sys.executable, str(worker), str(i), port]
+            procs.append(subprocess.Popen(command, stdout=stdout, stderr=stderr, env=env))
+    for proc, (_, err) in zip(procs, logs, strict=True):
+        assert proc.wait(timeout=600) == 0, err.read_text()[-3000:]
+    outputs = [out.read_text() for out, _ in logs]
+    x = tokens()
+    layouts = {"tokens within, ring": 2, "tokens across, ring": 2, "tokens across, all-to-all": 4}
+    for out in outputs:
         got = json.loads(out.strip().splitlines()[-1])
-        np.testing.assert_allclose(got["value"], want_value, rtol=RTOL)
-        for name, want in want_grads.items():
-            error = np.max(np.abs(np.asarray(got["grads"][name]) - np.asarray(want)))
-            assert error <= RTOL * np.max(np.abs(want)), name
+        assert sorted(got) == sorted(layouts)
+        for layout, heads in layouts.items():
+            params = critic_params(heads)
+            r1 = lambda p: fastgp.naive_gradient_penalty(
+                lambda y: transformer_critic(p, y), x, kind="r1"
+            )
+            want_value, want_grads = jax.value_and_grad(r1)(params)
+            np.testing.assert_allclose(got[layout]["value"], want_value, rtol=RTOL)
+            for name, want in want_grads.items():
+                error = np.max(np.abs(np.asarray(got[layout]["grads"][name]) - np.asarray(want)))
+                assert error <= RTOL * np.max(np.abs(want)), (layout, name)
