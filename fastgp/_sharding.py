@@ -47,6 +47,11 @@ def axes_of(entry: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
+def collective_axis(axes: tuple[str, ...]) -> str | tuple[str, ...]:
+    """The axis-name argument of a collective over ``axes``: the name alone for one axis."""
+    return axes if len(axes) > 1 else axes[0]
+
+
 def mode_of(x: jax.Array, caller: str) -> Mode:
     """The sharding mode ``x`` is traced in; a ValueError naming ``caller`` for a mixed mesh."""
     mesh = mesh_of(x)
@@ -66,4 +71,13 @@ def mode_of(x: jax.Array, caller: str) -> Mode:
     )
 
 
-__all__ = ["Mode", "Spec", "axes_of", "full_spec", "mesh_of", "mode_of", "spec_of"]
+__all__ = [
+    "Mode",
+    "Spec",
+    "axes_of",
+    "collective_axis",
+    "full_spec",
+    "mesh_of",
+    "mode_of",
+    "spec_of",
+]

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fastgp._sharding import collective_axis
 from fastgp._typing import AxisName, PyTree
 
 
@@ -124,5 +125,5 @@ def global_batch_slice(values: jax.Array, local_batch: int, axis_name: AxisName)
     axes = collective_axes(axis_name)
     if not axes:
         return values[:local_batch]
-    start = lax.axis_index(axes if len(axes) > 1 else axes[0]) * local_batch
+    start = lax.axis_index(collective_axis(axes)) * local_batch
     return lax.dynamic_slice_in_dim(values, start, local_batch, axis=0)

@@ -199,6 +199,11 @@ def table(result: dict[str, Any]) -> list[str]:
     return markdown_table(head, cells)
 
 
+def _largest(ratios: dict[tuple, float]) -> tuple[int, int]:
+    """The largest T and the largest n of a result's ratios."""
+    return max(key[0] for key in ratios), max(key[2] for key in ratios)
+
+
 def headline(result: dict[str, Any], heads_result: dict[str, Any]) -> str:
     """README's sentence: at the largest T and n, each scheme's range over the programs in
     shard_map (the sentence's setting); the all-to-all's from ``heads_result``, a run whose heads
@@ -206,7 +211,7 @@ def headline(result: dict[str, Any], heads_result: dict[str, Any]) -> str:
 
     def span(result: dict[str, Any], scheme: str) -> str:
         ratios = _ratios(result)
-        t, n = max(key[0] for key in ratios), max(key[2] for key in ratios)
+        t, n = _largest(ratios)
         values = [
             v
             for k, v in ratios.items()
@@ -215,8 +220,7 @@ def headline(result: dict[str, Any], heads_result: dict[str, Any]) -> str:
         low, high = f"{min(values):.2f}", f"{max(values):.2f}"
         return f"{low}x" if low == high else f"{low}-{high}x"
 
-    ratios = _ratios(result)
-    t, n = max(key[0] for key in ratios), max(key[2] for key in ratios)
+    t, n = _largest(_ratios(result))
     return (
         f"with {t:,} tokens over {n} CPU devices, attention's gradient and R1 programs hold "
         f"{span(result, 'ring')} one device's temporaries per device on the ring, "

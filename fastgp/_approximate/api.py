@@ -26,6 +26,7 @@ from jax import lax
 
 from fastgp import distributed
 from fastgp._penalty import validation
+from fastgp._sharding import collective_axis
 from fastgp._typing import AxisName, Critic, PyTree
 
 
@@ -76,7 +77,7 @@ def perturb(
     keys = sample_keys(key, batch, axis_name)
     sample_axes = distributed.collective_axes(sample_axis_name)
     if sample_axes:
-        index = lax.axis_index(sample_axes if len(sample_axes) > 1 else sample_axes[0])
+        index = lax.axis_index(collective_axis(sample_axes))
         keys = jax.vmap(lambda k: jax.random.fold_in(k, index))(keys)
 
     def noise_of_sample(k: jax.Array) -> list[jax.Array]:

@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -38,6 +37,7 @@ from jax.sharding import PartitionSpec as P
 from fastgp._attention.config import Config, heads_split
 from fastgp._attention.permute import own_channels
 from fastgp._attention.ring import Ring
+from fastgp._attention.trade import gathered_tokens, to_heads, to_tokens
 from fastgp._sharding import axes_of, full_spec
 
 Impl = Callable[..., Sequence[jax.Array]]
@@ -92,18 +92,15 @@ def _devices(entry: Any, mesh: Any) -> int:
 def _all_to_all(body: Impl, axes: tuple[str, ...]) -> Impl:
     """``body`` on every token of this device's share of the heads: each operand's token split
     traded for a head split (the key mask gathered), and each result's back."""
-    axis = axes if len(axes) > 1 else axes[0]
 
-    def to_heads(x: jax.Array) -> jax.Array:
-        if x.ndim == 2:
-            return lax.all_gather(x, axis, axis=1, tiled=True)
-        return lax.all_to_all(x, axis, split_axis=1, concat_axis=2, tiled=True)
+    def on_heads(x: jax.Array) -> jax.Array:
+        if x.ndim == 2:  # the key mask
+            return gathered_tokens(x, axes)
+        return to_heads(x, axes, tokens_at=2, heads_at=1)
 
     def run(*args: jax.Array) -> tuple[jax.Array, ...]:
-        results = body(*(to_heads(x) for x in args))
-        return tuple(
-            lax.all_to_all(r, axis, split_axis=2, concat_axis=1, tiled=True) for r in results
-        )
+        results = body(*(on_heads(x) for x in args))
+        return tuple(to_tokens(r, axes, tokens_at=2, heads_at=1) for r in results)
 
     return run
 

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fastgp._attention.permute import permute
+from fastgp._sharding import collective_axis
 
 Layout = Literal["contiguous", "zigzag"]
 LAYOUTS: tuple[Layout, ...] = ("contiguous", "zigzag")
@@ -60,7 +61,7 @@ BlockImpl = Callable[[Any], Callable[..., Sequence[jax.Array]]]
 
 
 def _axis(ring: Ring) -> Any:
-    return ring.axes if len(ring.axes) > 1 else ring.axes[0]
+    return collective_axis(ring.axes)
 
 
 def _token_axis(x: jax.Array) -> int:

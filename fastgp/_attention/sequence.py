@@ -39,8 +39,9 @@ from fastgp._attention.config import SCHEMES, Scheme, heads_split
 from fastgp._attention.padded import attend
 from fastgp._attention.ring import LAYOUTS, Layout, Ring
 from fastgp._attention.sharding import check_vma_for
+from fastgp._attention.trade import gathered_tokens, to_heads, to_tokens
 from fastgp._attention.zigzag import from_zigzag, to_zigzag
-from fastgp._sharding import axes_of, mesh_of, spec_of
+from fastgp._sharding import axes_of, collective_axis, mesh_of, spec_of
 from fastgp._typing import Backend
 from fastgp.distributed import varying_axes
 
@@ -50,11 +51,6 @@ class Options(TypedDict):
 
     scale: float
     backend: Backend
-
-
-def _gathered(x: jax.Array, axes: tuple[str, ...]) -> jax.Array:
-    """Every device's slice of the token axis (axis 1), in mesh order."""
-    return lax.all_gather(x, axes if len(axes) > 1 else axes[0], axis=1, tiled=True)
 
 
 def _check_varying(arrays: Sequence[tuple[str, jax.Array]], axes: tuple[str, ...]) -> None:
@@ -104,7 +100,7 @@ def in_shard_map(
     arrays = [("q", q), ("k", k), ("v", v)]
     _check_varying([*arrays, *([("the key mask", key_mask)] if key_mask is not None else [])], axes)
     _refuse_generic_interpret(options["backend"], q)
-    axis = axes if len(axes) > 1 else axes[0]
+    axis = collective_axis(axes)
     shards = lax.axis_size(axis)
     check_known(scheme, layout)
     if scheme == "auto":
@@ -119,7 +115,7 @@ def in_shard_map(
         return attend(q, k, v, key_mask, causal=causal, ring=ring, **options)
     if scheme == "all-to-all":
         return _all_to_all(q, k, v, key_mask, axes, shards, causal, layout, options)
-    k_all, v_all, mask_all = (_gathered(x, axes) for x in (k, v, key_mask))
+    k_all, v_all, mask_all = (gathered_tokens(x, axes) for x in (k, v, key_mask))
     if not causal:
         return attend(q, k_all, v_all, mask_all, causal=False, **options)
     t_local, t_all = q.shape[1], k_all.shape[1]
@@ -145,21 +141,20 @@ def _all_to_all(
     """The all-to-all scheme (see the module) over the ``shards`` devices of ``axes``:
     (B, T_local, H, D) -> (B, T, H / n, D), one device's attention, and back to
     (B, T_local, H, Dv)."""
-    axis = axes if len(axes) > 1 else axes[0]
     reorder = causal and layout == "zigzag"  # the keys' order is free where nothing is causal
 
-    def to_heads(x: jax.Array) -> jax.Array:
-        x = lax.all_to_all(x, axis, split_axis=2, concat_axis=1, tiled=True)
+    def on_heads(x: jax.Array) -> jax.Array:
+        x = to_heads(x, axes, tokens_at=1, heads_at=2)
         return from_zigzag(x, shards) if reorder else x
 
-    def to_tokens(x: jax.Array) -> jax.Array:
+    def on_tokens(x: jax.Array) -> jax.Array:
         x = to_zigzag(x, shards) if reorder else x
-        return lax.all_to_all(x, axis, split_axis=1, concat_axis=2, tiled=True)
+        return to_tokens(x, axes, tokens_at=1, heads_at=2)
 
-    mask_all = _gathered(key_mask, axes)
+    mask_all = gathered_tokens(key_mask, axes)
     mask_all = from_zigzag(mask_all, shards) if reorder else mask_all
-    o = attend(to_heads(q), to_heads(k), to_heads(v), mask_all, causal=causal, **options)
-    return to_tokens(o)
+    o = attend(on_heads(q), on_heads(k), on_heads(v), mask_all, causal=causal, **options)
+    return on_tokens(o)
 
 
 def _check_layout(
