@@ -194,6 +194,36 @@ def test_development_md_maps_every_module_of_the_library_and_the_kernels():
     assert not missing, f"docs/development.md's layout map omits {missing}"
 
 
+def prose_paragraphs(page: pathlib.Path) -> list[str]:
+    """The page's paragraphs and list items of prose: code fences, tables, headings and the
+    results markers left out."""
+    paragraphs, current, in_code = [], [], False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        new_item = line.startswith("- ") or not line.strip()
+        if in_code or new_item or line.startswith(("|", "#", "<!--")):
+            if current:
+                paragraphs.append(" ".join(current))
+            current = [line[2:]] if line.startswith("- ") and not in_code else []
+            continue
+        current.append(line.strip())
+    return paragraphs + ([" ".join(current)] if current else [])
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_paragraph_of_a_page_stands_twice(page):
+    """A paragraph pasted in two places of a page (after another table's "How to read it") is a
+    claim read beside figures it is not about."""
+    seen: set[str] = set()
+    twice = []
+    for paragraph in prose_paragraphs(page):
+        if len(paragraph) > 200 and paragraph in seen:
+            twice.append(paragraph[:80])
+        seen.add(paragraph)
+    assert not twice, f"{page.name} repeats: {twice}"
+
+
 # The sizes docs/development.md holds the library and the kernels to, and what may exceed them:
 # path or "path:function" -> the reason (none at present).
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 60
