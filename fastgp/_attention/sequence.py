@@ -8,8 +8,9 @@ all-to-all where each device's heads are a multiple of n and the ring otherwise 
 holds the less memory per device: docs/performance.md):
 
 * ``"ring"``: every pass runs as n steps that pass the key and value blocks around
-  the devices (``fastgp._attention.ring``); a device holds its own tokens and at most two key
-  blocks in flight, so attention's memory per device falls as 1/n. The tokens' ``layout`` is
+  the devices (``fastgp._attention.ring``); a device holds its own tokens, the block it works on
+  and the block in flight, so attention's memory per device falls with n (about twice 1/n of one
+  device's: the blocks and the key-side sums are its own state). The tokens' ``layout`` is
   "contiguous" or, for causal masking with the work balanced, "zigzag" (``to_zigzag``).
 * ``"all-to-all"`` (DeepSpeed-Ulysses): an all-to-all trades the token split for a head split,
   each device attends every token of H / n heads with one device's attention, and a second
