@@ -395,6 +395,30 @@ def test_the_ring_sends_each_block_while_a_kernel_runs_on_tpu():
         assert counts["loops"]["exposed"] == 0 and counts["outside"]["exposed"] <= 2, (name, counts)
 
 
+@pytest.mark.parametrize("program", ["gradient", "reverse-over-forward"])
+def test_memory_per_device_falls_with_the_shards(program):
+    """Compiled temporaries per device over one device's, 4,096 tokens of 8 heads of 64 (XLA's
+    memory analysis; docs/performance.md's table, `--heads 8`): the all-to-all holds 1 / n of one
+    device's, the ring less than 3 / n at n = 4 (0.62 and 0.68 measured) and falls with n (0.31
+    and 0.43 at n = 8). A scheme that gathered the keys and values, or a ring that kept every
+    block it saw, holds 0.9x or more and does not fall."""
+    from benchmarks.attention.sequence_memory import measure, programs, sharded_attention
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    args = [jax.random.normal(key, (2, 4096, 8, 64)) for key in keys]
+    one = programs(lambda *a: fastgp.attention(*a, backend="xla"))[program]
+    one_temp = measure(one, *args, repeats=0)["temp"]
+
+    def of_one(n, scheme):
+        fn, (mesh, spec) = sharded_attention(n, "shard_map", scheme)
+        placed_args = [jax.device_put(x, NamedSharding(mesh, spec)) for x in args]
+        return measure(programs(fn)[program], *placed_args, repeats=0)["temp"] / one_temp
+
+    assert of_one(4, "all-to-all") <= 1.01 / 4
+    ring_4, ring_8 = of_one(4, "ring"), of_one(8, "ring")
+    assert ring_4 < 3 / 4 and ring_8 < 0.7 * ring_4, (ring_4, ring_8)
+
+
 def test_the_all_gather_gathers_only_keys_values_and_the_mask():
     """The forward gathers k, v and the key mask (3 all-gathers); the VJP adds none: each
     device's g_k and g_v parts are reduce-scattered back to their shards."""
