@@ -25,7 +25,8 @@ libtpu's compile-only client: per chip peak memory and temporaries (the memory a
 and bytes (cost analysis; the Mosaic calls count their ``pl.CostEstimate``), and the collectives
 of the program, with the shapes of every all-gather. With ``--capacity T:n``, a doubling search
 on the global batch at T tokens over n sequence shards (from the power of two that the batch-1
-peak suggests; stop at the first RESOURCE_EXHAUSTED; at most ``--max-compiles`` compiles per kind).
+peak suggests, to the first RESOURCE_EXHAUSTED), then a bisection between the two in multiples
+of the data axis (at most ``--max-compiles`` compiles per kind).
 
 Results go to ``results/attention/sequence_tpu.{json,md}``; compiled records are reused (delete
 to redo). ``--budget-s`` stops starting compiles after that many seconds; what is left is
@@ -399,8 +400,10 @@ def _oom(record):
 def largest_batch(records, tokens, shards, kind, max_compiles, budget, scheme="all-gather"):
     """A doubling search on the global batch: from the power of two (a multiple of the data
     axis) that the batch-of-one-per-row peak suggests, doubling to the first RESOURCE_EXHAUSTED,
-    halving while the start does not fit; at most ``max_compiles`` new compiles. Returns
-    (the largest batch that fits, the first out of HBM), either None when not decided."""
+    halving while the start does not fit; then a bisection between the largest batch that fits
+    and the first out of HBM, in multiples of the data axis; at most ``max_compiles`` new
+    compiles. Returns (the largest batch that fits, the first out of HBM), either None when not
+    decided."""
     data = 16 // shards
     base = find(records, tokens, shards, data, kind, scheme)
     hbm = cf.CHIPS[GENERATION].hbm_bytes
@@ -435,6 +438,12 @@ def largest_batch(records, tokens, shards, kind, max_compiles, budget, scheme="a
                 fit = batch
             else:
                 over = batch
+    while fit is not None and over is not None and over - fit > data:
+        batch = fit + (over - fit) // (2 * data) * data
+        record = probe(batch)
+        if record is None or (not _oom(record) and not record["fits"]):
+            break
+        fit, over = (batch, over) if record["fits"] else (fit, batch)
     return fit, over
 
 
