@@ -4,6 +4,8 @@ to a multiple of the data axis.
 The compiler is replaced by a model chip (a batch fits when it is at most ``limit``, else
 RESOURCE_EXHAUSTED), so the search itself is checked wherever the limit lies."""
 
+from typing import Any
+
 import pytest
 
 from benchmarks.attention import sequence_tpu
@@ -57,7 +59,7 @@ def test_the_search_finds_the_largest_batch_to_the_data_axis(
     data = 16 // shards
     limit = limit_in_data * data
     made = model_chip(monkeypatch, limit, per_sample=HBM / (limit + 0.5))
-    records = []
+    records: list[dict[str, Any]] = []
     if measured_one_per_shard:
         sequence_tpu.compile_record(records, 65536, shards, data, "r1", Budget(), "ring")
         made.clear()
@@ -70,7 +72,7 @@ def test_the_search_stops_at_its_compile_budget(monkeypatch):
     """Three compiles from 32 (one sample per shard measured): 32 and 64 fit, 128 does not; the
     bisection that would find 76 is not started."""
     made = model_chip(monkeypatch, 76, per_sample=HBM / 76.5)
-    records = []
+    records: list[dict[str, Any]] = []
     sequence_tpu.compile_record(records, 65536, 4, 4, "r1", Budget(), "ring")
     made.clear()
     assert sequence_tpu.largest_batch(records, 65536, 4, "r1", 3, Budget(), "ring") == (64, 128)

@@ -197,7 +197,9 @@ def test_development_md_maps_every_module_of_the_library_and_the_kernels():
 def prose_paragraphs(page: pathlib.Path) -> list[str]:
     """The page's paragraphs and list items of prose: code fences, tables, headings and the
     results markers left out."""
-    paragraphs, current, in_code = [], [], False
+    paragraphs: list[str] = []
+    current: list[str] = []
+    in_code = False
     for line in page.read_text().splitlines():
         if line.startswith("```"):
             in_code = not in_code
