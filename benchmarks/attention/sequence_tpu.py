@@ -397,6 +397,11 @@ def _oom(record):
     return record is not None and not record["fits"] and "RESOURCE_EXHAUSTED" in record["error"]
 
 
+def _settled(record):
+    """Whether a probe said fits or out of HBM (not: no budget left, or another compile error)."""
+    return record is not None and (record["fits"] or _oom(record))
+
+
 def largest_batch(records, tokens, shards, kind, max_compiles, budget, scheme="all-gather"):
     """A doubling search on the global batch: from the power of two (a multiple of the data
     axis) that the batch-of-one-per-row peak suggests, doubling to the first RESOURCE_EXHAUSTED,
@@ -432,7 +437,7 @@ def largest_batch(records, tokens, shards, kind, max_compiles, budget, scheme="a
         while fit is None and batch > data:
             batch //= 2
             record = probe(batch)
-            if record is None or (not _oom(record) and not record["fits"]):
+            if not _settled(record):
                 break
             if record["fits"]:
                 fit = batch
@@ -441,7 +446,7 @@ def largest_batch(records, tokens, shards, kind, max_compiles, budget, scheme="a
     while fit is not None and over is not None and over - fit > data:
         batch = fit + (over - fit) // (2 * data) * data
         record = probe(batch)
-        if record is None or (not _oom(record) and not record["fits"]):
+        if not _settled(record):
             break
         fit, over = (batch, over) if record["fits"] else (fit, batch)
     return fit, over
