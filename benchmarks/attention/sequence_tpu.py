@@ -55,6 +55,7 @@ from jax.sharding import PartitionSpec as P
 
 import benchmarks
 import fastgp
+from benchmarks import capacity
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import _compiled as cf
@@ -397,59 +398,38 @@ def _oom(record):
     return record is not None and not record["fits"] and "RESOURCE_EXHAUSTED" in record["error"]
 
 
-def _settled(record):
-    """Whether a probe said fits or out of HBM (not: no budget left, or another compile error)."""
-    return record is not None and (record["fits"] or _oom(record))
+def _answer(record):
+    """A probe's answer to the capacity search: fits, out of HBM, or None (no budget left, or
+    another compile error)."""
+    if record is None or not (record["fits"] or _oom(record)):
+        return None
+    return record["fits"]
 
 
 def largest_batch(records, tokens, shards, kind, max_compiles, budget, scheme="all-gather"):
-    """A doubling search on the global batch: from the power of two (a multiple of the data
-    axis) that the batch-of-one-per-row peak suggests, doubling to the first RESOURCE_EXHAUSTED,
-    halving while the start does not fit; then a bisection between the largest batch that fits
-    and the first out of HBM, in multiples of the data axis; at most ``max_compiles`` new
-    compiles. Returns (the largest batch that fits, the first out of HBM), either None when not
-    decided."""
+    """The global batch ``benchmarks.capacity.search`` finds to a multiple of the data axis, from
+    the power of two that the batch-of-one-per-row peak suggests (else from the data axis), with
+    at most ``max_compiles`` new compiles. Returns (the largest batch that fits, 0 if not one
+    sample per data shard does; the first out of HBM), either None when not decided."""
     data = 16 // shards
     base = find(records, tokens, shards, data, kind, scheme)
     hbm = cf.CHIPS[GENERATION].hbm_bytes
     start = data
     if base is not None and base["fits"]:
         start = data * 2 ** max(0, int(math.log2(hbm / base["peak"])) - 1)
-    fit, over, made = None, None, 0
+    made = 0
 
-    def probe(batch):
+    def fits(batch):
         nonlocal made
         new = find(records, tokens, shards, batch, kind, scheme) is None
         if new and made >= max_compiles:
             return None
         record = compile_record(records, tokens, shards, batch, kind, budget, scheme)
         made += new and record is not None
-        return record
+        return _answer(record)
 
-    batch = start
-    record = probe(batch)
-    while record is not None and record["fits"]:
-        fit = batch
-        batch *= 2
-        record = probe(batch)
-    if _oom(record):
-        over = batch
-        while fit is None and batch > data:
-            batch //= 2
-            record = probe(batch)
-            if not _settled(record):
-                break
-            if record["fits"]:
-                fit = batch
-            else:
-                over = batch
-    while fit is not None and over is not None and over - fit > data:
-        batch = fit + (over - fit) // (2 * data) * data
-        record = probe(batch)
-        if not _settled(record):
-            break
-        fit, over = (batch, over) if record["fits"] else (fit, batch)
-    return fit, over
+    found = capacity.search(fits, start, multiple=data)
+    return found.fit, found.over
 
 
 # --- the report -------------------------------------------------------------------------------

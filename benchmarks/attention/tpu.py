@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 
 import benchmarks
+from benchmarks import capacity
 from benchmarks import workloads as W
 from benchmarks.zoo import critics as zoo
 from fastgp import _compiled as cf
@@ -138,29 +139,18 @@ def compile_record(records, generation, tokens, variant, batch):
 
 
 def largest_batch(records, generation, tokens, variant, max_batch):
-    """The largest power-of-two batch that compiles within HBM, searched from the probe batch
-    (doubling while it fits, halving while it does not); 0: not even one sample fits, None: the
-    program does not compile for another reason (its error is on record)."""
+    """The largest power-of-two batch that compiles within HBM (``benchmarks.capacity.search``
+    from the probe batch, without bisection); 0: not even one sample fits, None: the program
+    does not compile for another reason (its error is on record)."""
 
     def fits(batch):
         record = compile_record(records, generation, tokens, variant, batch)
         if not record["fits"] and "RESOURCE_EXHAUSTED" not in record["error"]:
-            raise LookupError(record["error"])
+            return None
         return record["fits"]
 
-    batch = probe_batch(tokens)
-    try:
-        if fits(batch):
-            while batch * 2 <= max_batch and fits(batch * 2):
-                batch *= 2
-            return batch
-        while batch > 1:
-            batch //= 2
-            if fits(batch):
-                return batch
-        return 0
-    except LookupError:
-        return None
+    found = capacity.search(fits, probe_batch(tokens), cap=max_batch, bisect=False)
+    return found.fit if found.settled else None
 
 
 def probe_batch(tokens):

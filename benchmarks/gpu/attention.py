@@ -31,8 +31,9 @@ import jax
 import numpy as np
 
 import benchmarks
-from benchmarks import records
+from benchmarks import capacity, records
 from benchmarks import workloads as W
+from benchmarks.gpu import memory
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import attention
@@ -69,26 +70,10 @@ def _compiled(spec, variant):
     return step, step.lower(*structs).compile()
 
 
-def _peak(compiled) -> int:
-    memory = compiled.memory_analysis()
-    return int(
-        memory.argument_size_in_bytes
-        + memory.output_size_in_bytes
-        + memory.temp_size_in_bytes
-        - memory.alias_size_in_bytes
-    )
-
-
-def _device_bytes() -> int:
-    stats = jax.devices()[0].memory_stats() or {}
-    return int(stats.get("bytes_limit", 0)) or 24 * 2**30
-
-
 def measure(tokens: int, batch: int, fns: dict, rounds: int, deadline: float) -> list[dict]:
     """Each variant's compiled peak and, where it fits, its median step time; variants reached
     after the deadline are left unmeasured."""
     rows, calls = [], {}
-    limit = _device_bytes()
     for name, (attention_name, variant) in VARIANTS.items():
         spec = zoo.long_spec(tokens, fns[attention_name], batch=batch)
         row = dict(tokens=tokens, variant=name, batch=batch)
@@ -100,7 +85,7 @@ def measure(tokens: int, batch: int, fns: dict, rounds: int, deadline: float) ->
         except Exception as err:  # no derivative rule, or a compile failure: a measurement here
             rows.append(row | dict(fits=False, error=f"{type(err).__name__}: {str(err)[:200]}"))
             continue
-        row.update(peak=_peak(compiled), fits=_peak(compiled) <= 0.9 * limit)
+        row.update(peak=memory.program_bytes(compiled), fits=memory.fits(compiled))
         rows.append(row)
         if row["fits"]:
             args = W.inputs(spec)
@@ -120,39 +105,25 @@ def largest_batch(
     cap: int,
     deadline: float,
     known: dict[int, bool] | None = None,
-):
-    """The largest power-of-two batch whose program fits, by compiling only; None if the
-    deadline passed first. ``known``: batch -> fits, for programs already compiled."""
+) -> int | None:
+    """The largest power-of-two batch whose program fits (``benchmarks.capacity.search`` without
+    bisection), by compiling only; None if the deadline passed first. ``known``: batch -> fits,
+    for programs already compiled."""
     attention_name, variant = VARIANTS[name]
-    limit = _device_bytes()
 
-    def fits(batch: int) -> bool:
+    def fits(batch: int) -> bool | None:
         if known and batch in known:
             return known[batch]
+        if time.monotonic() > deadline:
+            return None
         try:
             _, compiled = _compiled(zoo.long_spec(tokens, fns[attention_name], batch), variant)
         except Exception:
             return False
-        return _peak(compiled) <= 0.9 * limit
+        return memory.fits(compiled)
 
-    if time.monotonic() > deadline:
-        return None
-    batch = start
-    if fits(batch):
-        while batch * 2 <= cap:
-            if time.monotonic() > deadline:
-                return None
-            if not fits(batch * 2):
-                break
-            batch *= 2
-        return batch
-    while batch > 1:
-        batch //= 2
-        if time.monotonic() > deadline:
-            return None
-        if fits(batch):
-            return batch
-    return 0
+    found = capacity.search(fits, start, cap=cap, bisect=False)
+    return found.fit if found.settled else None
 
 
 def _time_cell(row: dict) -> str:

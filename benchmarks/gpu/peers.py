@@ -37,7 +37,7 @@ import numpy as np
 import benchmarks
 import fastgp
 from benchmarks import records
-from benchmarks.gpu.attention import _device_bytes, _peak
+from benchmarks.gpu import memory
 from benchmarks.tables import markdown_table
 from fastgp._comparison import host_leaves, relative_errors
 from fastgp._timing import interleaved_times
@@ -99,7 +99,7 @@ def measure(
         except Exception as err:  # no second derivative, or no compile: a finding here
             rows.append(row | dict(error=f"{type(err).__name__}: {str(err)[:200]}"))
             continue
-        row.update(peak=_peak(compiled), fits=_peak(compiled) <= 0.9 * _device_bytes())
+        row.update(peak=memory.program_bytes(compiled), fits=memory.fits(compiled))
         rows.append(row)
         if row["fits"]:
             calls[name] = functools.partial(lambda f: jax.block_until_ready(f(*args)), compiled)

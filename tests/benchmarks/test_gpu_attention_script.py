@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks.gpu import attention as study
+from benchmarks.gpu import memory
 
 
 @pytest.mark.slow  # compiles and times seven ViT critic steps on CPU, and searches one capacity
@@ -95,8 +96,8 @@ def test_capacity_search_compiles_only_batches_not_already_known(monkeypatch):
         return None, spec.batch
 
     monkeypatch.setattr(study, "_compiled", fake_compile)
-    monkeypatch.setattr(study, "_peak", lambda batch: batch)
-    monkeypatch.setattr(study, "_device_bytes", lambda: 40 / 0.9)
+    monkeypatch.setattr(memory, "program_bytes", lambda batch: batch)
+    monkeypatch.setattr(memory, "device_bytes", lambda: 40 / memory.HEADROOM)
     fns = study.attention_fns(smoke=True)
     found = study.largest_batch(64, "fastgp/wgan-gp", fns, 8, 256, float("inf"), {8: True})
     assert (found, compiled) == (32, [16, 32, 64])
