@@ -3,8 +3,10 @@
     attention(q, k, v, *, scale=None, mask=None, is_causal=False, backend="auto",
               sample_axis_name=None, **flax_keywords) -> (B, Tq, H, Dv)
 
-q (B, Tq, H, D), k (B, Tk, H, D), v (B, Tk, H, Dv), as ``jax.nn.dot_product_attention``;
-bfloat16, float16 or float32, with softmax statistics and accumulators in float32. ``mask`` is a
+q (B, Tq, H, D), k (B, Tk, K, D), v (B, Tk, K, Dv), as ``jax.nn.dot_product_attention``: K = H,
+or K dividing H for grouped-query attention (query head h reads key and value head h // (H / K);
+k and v are repeated to H heads before the passes, H / K times their memory); bfloat16, float16
+or float32, with softmax statistics and accumulators in float32. ``mask`` is a
 key-padding mask: (B, Tk) or (B, 1, 1, Tk) booleans, True for a key to attend to. ``is_causal``
 lets query i see keys j <= i. A query with no key to attend to gets zeros.
 
@@ -44,10 +46,11 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise ValueError(f"fastgp.attention: {name} must be floating point, got {x.dtype}")
     (b, _, h, d), (bk, tk, hk, dk), (bv, tv, hv, _) = q.shape, k.shape, v.shape
-    if not (b == bk == bv and h == hk == hv and tk == tv and d == dk):
+    if not (b == bk == bv and tk == tv and d == dk and hk == hv and hk and h % hk == 0):
         raise ValueError(
-            "fastgp.attention: expected q (B, Tq, H, D), k (B, Tk, H, D), v (B, Tk, H, Dv); got "
-            f"q {q.shape}, k {k.shape}, v {v.shape}"
+            "fastgp.attention: expected q (B, Tq, H, D), k (B, Tk, K, D), v (B, Tk, K, Dv) with "
+            f"K = H or K dividing H (grouped-query attention); got q {q.shape}, k {k.shape}, "
+            f"v {v.shape}"
         )
     if not q.dtype == k.dtype == v.dtype:
         raise ValueError(
@@ -55,6 +58,25 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
         )
     if q.shape[1] == 0 or k.shape[1] == 0:
         raise ValueError(f"fastgp.attention: empty sequence (q {q.shape}, k {k.shape})")
+
+
+def _shared_heads(k: jax.Array, v: jax.Array, heads: int) -> tuple[jax.Array, jax.Array]:
+    """Grouped-query k and v (B, Tk, K, ·) with each head repeated H / K times, so that query
+    head h reads key and value head h // (H / K), as ``jax.nn.dot_product_attention``'s; their
+    derivatives sum over each group."""
+    group = heads // k.shape[2]
+    if group == 1:
+        return k, v
+
+    # (B, T, K, 1, D) -> (B, T, K, G, D) -> (B, T, K G, D): under explicit axes a sharded K
+    # stays sharded, each device's key heads beside the query heads that read them
+    def repeated(x: jax.Array) -> jax.Array:
+        b, t, kv_heads, d = x.shape
+        return jnp.broadcast_to(x[:, :, :, None], (b, t, kv_heads, group, d)).reshape(
+            b, t, heads, d
+        )
+
+    return repeated(k), repeated(v)
 
 
 def key_mask_of(mask: jax.Array | None, batch: int, tk: int) -> jax.Array:
@@ -134,7 +156,8 @@ def attention(
 ) -> jax.Array:
     """softmax(scale · q kᵀ, masked) v per head: (B, Tq, H, Dv) in q's dtype (see the module).
 
-    q, k, v: (B, Tq, H, D), (B, Tk, H, D), (B, Tk, H, Dv) floats; ``scale`` 1/sqrt(D) by default;
+    q, k, v: (B, Tq, H, D), (B, Tk, K, D), (B, Tk, K, Dv) floats, K = H or, grouped-query, K
+    dividing H (of each device's heads inside shard_map); ``scale`` 1/sqrt(D) by default;
     ``mask``: (B, Tk) or (B, 1, 1, Tk) bool key padding, True to attend; ``is_causal``: query i
     sees keys j <= i; ``backend``: "auto" (the kernels when traced for a TPU, or an NVIDIA GPU
     with head dims up to 128, where they run per device, else XLA; or what
@@ -156,7 +179,8 @@ def attention(
     if dtype is not None:
         q, k, v = (x.astype(dtype) for x in (q, k, v))
     _check_inputs(q, k, v)
-    batch, _, _, d = q.shape
+    batch, _, heads, d = q.shape
+    k, v = _shared_heads(k, v, heads)
     options = sequence.Options(
         scale=float(d**-0.5 if scale is None else scale),
         backend=backends.resolve("attention", backend, lambda: _auto_takes_kernels(q, k, v)),
