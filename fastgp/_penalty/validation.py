@@ -229,10 +229,24 @@ def check_scores(
     sample_axes = collective_axes(sample_axis_name)
     batch_axes = set(collective_axes(axis_name)) & varying_axes(x)
     shape = getattr(scores, "shape", None)
+    if shape is None:
+        raise ValueError(
+            f"critic must return an array of scores of shape ({batch},) or ({batch}, 1) for a "
+            f"batch of {batch}, got a {type(scores).__name__}"
+        )
     if shape not in ((batch,), (batch, 1)):
+        several = len(shape) > 1 and shape[0] == batch
         raise ValueError(
             f"critic must return scores of shape ({batch},) or ({batch}, 1) for a "
             f"batch of {batch}, got {shape}"
+            + (
+                ": several scores per sample (patches or heads) need one per sample. R1 as "
+                "StyleGAN2 takes it is the gradient of their sum: pass lambda x: "
+                f"critic(x).sum(axis={tuple(range(1, len(shape)))}) (or .mean, to match a loss "
+                "that averages them: its gradient is the sum's over their count)"
+                if several
+                else ""
+            )
         )
     if not jnp.issubdtype(scores.dtype, jnp.floating):
         raise TypeError(f"critic scores have dtype {scores.dtype}; expected a floating dtype")

@@ -60,6 +60,11 @@ def test_grad_norms_rejects_bad_gradients(grads, error, match):
         (lambda x: x, r"shape \(4,\) or \(4, 1\).*got \(4, 3\)"),
         (lambda x: jnp.sum(x), r"got \(\)"),
         (lambda x: jnp.sum(x, axis=1)[:2], r"got \(2,\)"),
+        (lambda x: {"score": jnp.sum(x, axis=1)}, r"an array of scores .* got a dict"),
+        (
+            lambda x: jnp.tanh(x)[:, :, None] * jnp.ones((4, 3, 5)),  # a patch critic
+            r"got \(4, 3, 5\): several scores per sample .* critic\(x\)\.sum\(axis=\(1, 2\)\)",
+        ),
     ],
 )
 def test_critic_output_must_be_per_sample(bad_critic, match):
