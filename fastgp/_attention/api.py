@@ -45,8 +45,13 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
             )
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise ValueError(f"fastgp.attention: {name} must be floating point, got {x.dtype}")
+    if 0 in (*q.shape[1:], *k.shape[1:], *v.shape[1:]):
+        raise ValueError(
+            "fastgp.attention: empty tokens, heads or head dims (q "
+            f"{q.shape}, k {k.shape}, v {v.shape}); every axis but the batch needs a length >= 1"
+        )
     (b, _, h, d), (bk, tk, hk, dk), (bv, tv, hv, _) = q.shape, k.shape, v.shape
-    if not (b == bk == bv and tk == tv and d == dk and hk == hv and hk and h % hk == 0):
+    if not (b == bk == bv and tk == tv and d == dk and hk == hv and h % hk == 0):
         raise ValueError(
             "fastgp.attention: expected q (B, Tq, H, D), k (B, Tk, K, D), v (B, Tk, K, Dv) with "
             f"K = H or K dividing H (grouped-query attention); got q {q.shape}, k {k.shape}, "
@@ -56,8 +61,6 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
         raise ValueError(
             f"fastgp.attention: q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
         )
-    if q.shape[1] == 0 or k.shape[1] == 0:
-        raise ValueError(f"fastgp.attention: empty sequence (q {q.shape}, k {k.shape})")
 
 
 def _shared_heads(k: jax.Array, v: jax.Array, heads: int) -> tuple[jax.Array, jax.Array]:

@@ -316,6 +316,9 @@ def test_bad_inputs_name_the_problem():
         fastgp.attention(q[0], q, q)
     with pytest.raises(ValueError, match="share a dtype"):
         fastgp.attention(q, q.astype(jnp.bfloat16), q)
+    for empty in ((2, 0, 2, 16), (2, 8, 0, 16), (2, 8, 2, 0)):
+        with pytest.raises(ValueError, match="empty tokens, heads or head dims"):
+            fastgp.attention(jnp.ones(empty), jnp.ones(empty), q)
     with pytest.raises(ValueError, match="not a key-padding mask"):
         fastgp.attention(q, q, q, mask=jnp.ones((2, 1, 8, 8), bool))
     with pytest.raises(ValueError, match="boolean"):
