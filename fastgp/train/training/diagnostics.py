@@ -1,10 +1,10 @@
 """Per-shard training diagnostics: computed on each core, gathered so every core sees them all.
 
 Inside ``shard_map``:
-    norm_stats(norms)                  -> {norm_mean, norm_min, norm_max: f32, nonfinite: int32}
+    local_norm_stats(norms)            -> {norm_mean, norm_min, norm_max: f32, nonfinite: int32}
+                                          of this core's norms (``fastgp.diagnostics.norm_stats``)
     skipped_norm_stats(axis_name)      -> the same for a step without a penalty (NaN, NaN, NaN, 0)
-    gather(values, axis_name)          -> each value gains a trailing (n_devices,) axis, replicated
-                                          (all of them in one packed collective)
+    (``fastgp.diagnostics.per_device`` gathers them with the losses, in one collective)
 
 On the host:
     summarize(metrics)                 -> floats of the last step, for logs and progress bars
@@ -18,15 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fastgp.diagnostics import norm_stats
 
-def norm_stats(norms: jax.Array) -> dict[str, jax.Array]:
-    """Statistics of this shard's (B_local,) float32 input-gradient norms (local scalars)."""
-    return {
-        "norm_mean": jnp.mean(norms),
-        "norm_min": jnp.min(norms),
-        "norm_max": jnp.max(norms),
-        "nonfinite": jnp.sum(~jnp.isfinite(norms), dtype=jnp.int32),
-    }
+
+def local_norm_stats(norms: jax.Array) -> dict[str, jax.Array]:
+    """This core's statistics of its (B_local,) norms, as scalars to gather with the losses."""
+    return {name: value[0] for name, value in norm_stats(norms, axis_name=()).items()}
 
 
 def skipped_norm_stats(axis_name: str) -> dict[str, jax.Array]:
@@ -38,33 +35,6 @@ def skipped_norm_stats(axis_name: str) -> dict[str, jax.Array]:
         "norm_max": nan,
         "nonfinite": lax.pcast(jnp.int32(0), axis_name, to="varying"),
     }
-
-
-def gather(values: Any, axis_name: str) -> Any:
-    """Every core's values, each ``shape -> shape + (n_devices,)`` and identical on every core, in
-    ONE collective.
-
-    Each core writes its values, flattened to float32, into its own row of an (n_devices, K) zero
-    matrix, and one psum assembles the table (each entry is one core's value plus zeros: exact,
-    NaN and inf stay in their own entry). Values already identical on every core (psum'd losses)
-    are gathered too, so a host can check that the replicas agree. int32 counts come back exact
-    below 2^24.
-    """
-    names = list(values)
-    arrays = [jnp.asarray(values[n]) for n in names]
-    local = jnp.concatenate([a.astype(jnp.float32).reshape(-1) for a in arrays])
-    if axis_name not in jax.typeof(local).manual_axis_type.varying:
-        local = lax.pcast(local, axis_name, to="varying")
-    devices = lax.psum(1, axis_name)
-    rows = jnp.zeros((devices, local.size), jnp.float32)
-    rows = lax.dynamic_update_index_in_dim(rows, local, lax.axis_index(axis_name), axis=0)
-    table = lax.psum(rows, axis_name)
-    out, start = {}, 0
-    for name, a in zip(names, arrays, strict=True):
-        column = table[:, start : start + a.size].reshape((devices,) + a.shape)
-        out[name] = jnp.moveaxis(column, 0, -1).astype(a.dtype)
-        start += a.size
-    return out
 
 
 def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -99,4 +69,4 @@ def replica_spread(metrics: dict[str, Any]) -> float:
     return max(float(np.max(np.ptp(np.asarray(metrics[n]), axis=-1))) for n in names)
 
 
-__all__ = ["gather", "norm_stats", "replica_spread", "skipped_norm_stats", "summarize"]
+__all__ = ["local_norm_stats", "replica_spread", "skipped_norm_stats", "summarize"]

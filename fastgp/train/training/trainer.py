@@ -56,6 +56,7 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fastgp._backends import blocking, check_backend_for_manual_axes
+from fastgp.diagnostics import per_device
 from fastgp.distributed import global_batch_slice, global_mean
 from fastgp.train.models.networks import Model
 from fastgp.train.objective.losses import critic_terms, generator_terms, uses_real_in_generator
@@ -263,7 +264,7 @@ class Trainer:
                 self.config, critic, real, fake, k_penalty, weight, self.backend, AXIS
             )
             if norms is not None:  # the approximate kind takes no input-gradient
-                stats = diagnostics.norm_stats(norms)
+                stats = diagnostics.local_norm_stats(norms)
         total = loss + penalty
         return total, {"critic_loss": total, "penalty": penalty, "wasserstein": gap, **stats}
 
@@ -314,7 +315,7 @@ class Trainer:
     ) -> tuple[TrainState, dict[str, Any]]:
         """``_critic_step`` with its metrics gathered from every core; (state, metrics)."""
         state, aux, gp_applied = self._critic_step(state, real, step)
-        return state, {**diagnostics.gather(aux, AXIS), "gp_applied": gp_applied}
+        return state, {**per_device(aux, AXIS), "gp_applied": gp_applied}
 
     def _generator_loss(
         self, g_params: Any, d_params: Any, key: jax.Array, real: jax.Array | None
@@ -361,7 +362,7 @@ class Trainer:
                 per_step.append(out)
             critic_aux, gp_applied = _stack(per_step)
         state, generator_aux = self._generator_step(state, self._generator_real(real))
-        metrics = diagnostics.gather({**critic_aux, **generator_aux}, AXIS)
+        metrics = per_device({**critic_aux, **generator_aux}, AXIS)
         return state, {**metrics, "gp_applied": gp_applied}
 
     def _local_critic_gradients(
@@ -369,7 +370,7 @@ class Trainer:
     ) -> tuple[dict[str, Any], Any]:
         apply_gp, weight = self._schedule(state, step)
         (_, aux), grads = self._critic_grads(state, real, step, apply_gp, weight)
-        return {**diagnostics.gather(aux, AXIS), "gp_applied": jnp.asarray(apply_gp)}, grads
+        return {**per_device(aux, AXIS), "gp_applied": jnp.asarray(apply_gp)}, grads
 
     def _local_generator_gradients(
         self, state: TrainState, real: jax.Array
