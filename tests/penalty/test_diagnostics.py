@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import fastgp
@@ -76,6 +76,11 @@ def test_the_whole_batch_in_slices_under_jit():
     norms = one_device_norms(x)
     assert_stats(jax.jit(lambda n: norm_stats(n, shards=4))(norms), oracle(norms, 4))
     assert_stats(norm_stats(norms), oracle(norms, 1))
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Explicit,))
+    sharded = jax.device_put(x, NamedSharding(mesh, P("data")))
+    with jax.set_mesh(mesh):  # explicit axes: the norms a batch-sharded global array
+        got = jax.jit(lambda x: norm_stats(one_device_norms(x), shards=4))(sharded)
+    assert_stats(got, oracle(norms, 4))
     with pytest.raises(ValueError, match="shards=3 must divide the batch of 16"):
         norm_stats(norms, shards=3)
     with pytest.raises(ValueError, match=r"norms must be per sample, \(B,\); got shape \(16, 1\)"):
