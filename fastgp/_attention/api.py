@@ -5,10 +5,11 @@
 
 q (B, Tq, H, D), k (B, Tk, K, D), v (B, Tk, K, Dv), as ``jax.nn.dot_product_attention``: K = H,
 or K dividing H for grouped-query attention (query head h reads key and value head h // (H / K);
-k and v are repeated to H heads before the passes, H / K times their memory); bfloat16, float16
-or float32, with softmax statistics and accumulators in float32. ``mask`` is a
-key-padding mask: (B, Tk) or (B, 1, 1, Tk) booleans, True for a key to attend to. ``is_causal``
-lets query i see keys j <= i. A query with no key to attend to gets zeros.
+k and v are repeated to H heads before the passes, H / K times their memory, after the
+all-to-all where it trades their heads); bfloat16, float16 or float32, with softmax statistics
+and accumulators in float32. ``mask`` is a key-padding mask: (B, Tk) or (B, 1, 1, Tk) booleans,
+True for a key to attend to. ``is_causal`` lets query i see keys j <= i. A query with no key to
+attend to gets zeros.
 
 The forward, its JVP, its VJP and every higher derivative run blockwise over key blocks: no
 T_q x T_k array is written to memory (``fastgp._attention.rules``). With the token axis split over
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 from fastgp import _backends as backends
 from fastgp._attention import sequence, sharding
 from fastgp._attention.config import Scheme
-from fastgp._attention.padded import attend
+from fastgp._attention.padded import attend, shared_heads
 from fastgp._attention.ring import Layout
 from fastgp._sharding import mode_of, spec_of
 from fastgp._typing import AxisName
@@ -61,25 +62,6 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
         raise ValueError(
             f"fastgp.attention: q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
         )
-
-
-def _shared_heads(k: jax.Array, v: jax.Array, heads: int) -> tuple[jax.Array, jax.Array]:
-    """Grouped-query k and v (B, Tk, K, ·) with each head repeated H / K times, so that query
-    head h reads key and value head h // (H / K), as ``jax.nn.dot_product_attention``'s; their
-    derivatives sum over each group."""
-    group = heads // k.shape[2]
-    if group == 1:
-        return k, v
-
-    # (B, T, K, 1, D) -> (B, T, K, G, D) -> (B, T, K G, D): under explicit axes a sharded K
-    # stays sharded, each device's key heads beside the query heads that read them
-    def repeated(x: jax.Array) -> jax.Array:
-        b, t, kv_heads, d = x.shape
-        return jnp.broadcast_to(x[:, :, :, None], (b, t, kv_heads, group, d)).reshape(
-            b, t, heads, d
-        )
-
-    return repeated(k), repeated(v)
 
 
 def key_mask_of(mask: jax.Array | None, batch: int, tk: int) -> jax.Array:
@@ -182,8 +164,7 @@ def attention(
     if dtype is not None:
         q, k, v = (x.astype(dtype) for x in (q, k, v))
     _check_inputs(q, k, v)
-    batch, _, heads, d = q.shape
-    k, v = _shared_heads(k, v, heads)
+    batch, _, _, d = q.shape
     options = sequence.Options(
         scale=float(d**-0.5 if scale is None else scale),
         backend=backends.resolve("attention", backend, lambda: _auto_takes_kernels(q, k, v)),
@@ -210,6 +191,7 @@ def _split_or_local(
     if axes:
         return sequence.in_shard_map(q, k, v, key_mask, axes, causal=causal, **split, **options)
     if mode_of(q, "fastgp.attention") == "explicit" and spec_of(q)[1] is not None:
+        k, v = shared_heads(k, v, q.shape[2])  # k and v then split their heads as q does
         return sequence.explicit(q, k, v, key_mask, causal=causal, **split, **options)
     _check_unsplit(split, causal)
     if key_mask is None:

@@ -3,9 +3,11 @@
     attend(q, k, v, key_mask, *, scale, causal, backend, q_offset=0, ring=None, scheme="auto")
         -> (B, Tq, H, Dv)
 
-q (B, Tq, H, D), k (B, Tk, H, D), v (B, Tk, H, Dv) and the (B, Tk) bool key mask, checked by
-the caller; ``backend`` is resolved ("xla" or a kernel backend). ``q_offset`` is the first query's
-position among the keys (a sequence shard's start; causal masking only).
+q (B, Tq, H, D), k (B, Tk, K, D), v (B, Tk, K, Dv) with K dividing H (grouped-query: query head h
+reads key and value head h // (H / K); ``shared_heads`` repeats them to H heads before the
+passes) and the (B, Tk) bool key mask, checked by the caller; ``backend`` is resolved ("xla" or
+a kernel backend). ``q_offset`` is the first query's position among the keys (a sequence shard's
+start; causal masking only).
 """
 
 import math
@@ -38,6 +40,25 @@ def _padded(x: jax.Array, length: int) -> jax.Array:
     return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, 0)))
 
 
+def shared_heads(k: jax.Array, v: jax.Array, heads: int) -> tuple[jax.Array, jax.Array]:
+    """Grouped-query k and v (B, Tk, K, ·) with each head repeated H / K times, so that query
+    head h reads key and value head h // (H / K), as ``jax.nn.dot_product_attention``'s; their
+    derivatives sum over each group."""
+    group = heads // k.shape[2]
+    if group == 1:
+        return k, v
+
+    # (B, T, K, 1, D) -> (B, T, K, G, D) -> (B, T, K G, D): under explicit axes a sharded K
+    # stays sharded, each device's key heads beside the query heads that read them
+    def repeated(x: jax.Array) -> jax.Array:
+        b, t, kv_heads, d = x.shape
+        return jnp.broadcast_to(x[:, :, :, None], (b, t, kv_heads, group, d)).reshape(
+            b, t, heads, d
+        )
+
+    return repeated(k), repeated(v)
+
+
 def attend(
     q: jax.Array,
     k: jax.Array,
@@ -55,6 +76,7 @@ def attend(
     or with ``ring`` of the whole sequence split over its mesh axes (q, k, v and the mask this
     device's slice; with the "zigzag" layout its two chunks, each padded to whole blocks).
     ``scheme``: how an Auto-sharded program attends split tokens (``Config``)."""
+    k, v = shared_heads(k, v, q.shape[2])
     tq, d, tk = q.shape[1], q.shape[3], k.shape[1]
     itemsize = jnp.dtype(q.dtype).itemsize
     if ring is not None and ring.layout == "zigzag":
@@ -93,4 +115,4 @@ def _chunks_padded(x: jax.Array, chunk: int, length: int) -> jax.Array:
     return jnp.concatenate([_padded(x[:, :chunk], length), _padded(x[:, chunk:], length)], axis=2)
 
 
-__all__ = ["XLA_BLOCK", "attend"]
+__all__ = ["XLA_BLOCK", "attend", "shared_heads"]

@@ -37,7 +37,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fastgp._attention.config import SCHEMES, Scheme, heads_split
-from fastgp._attention.padded import attend
+from fastgp._attention.padded import attend, shared_heads
 from fastgp._attention.ring import LAYOUTS, Layout, Ring
 from fastgp._attention.sharding import check_vma_for
 from fastgp._attention.trade import gathered_tokens, to_heads, to_tokens
@@ -141,7 +141,8 @@ def _all_to_all(
 ) -> jax.Array:
     """The all-to-all scheme (see the module) over the ``shards`` devices of ``axes``:
     (B, T_local, H, D) -> (B, T, H / n, D), one device's attention, and back to
-    (B, T_local, H, Dv)."""
+    (B, T_local, H, Dv). Grouped-query k and v trade their K heads where n divides K (each
+    device then holds the key heads its query heads read), else H repeated ones."""
     reorder = causal and layout == "zigzag"  # the keys' order is free where nothing is causal
 
     def on_heads(x: jax.Array) -> jax.Array:
@@ -152,6 +153,8 @@ def _all_to_all(
         x = to_zigzag(x, shards) if reorder else x
         return to_tokens(x, axes, tokens_at=1, heads_at=2)
 
+    if not heads_split(k.shape[2], shards):  # grouped key heads that do not split: repeated
+        k, v = shared_heads(k, v, q.shape[2])
     mask_all = gathered_tokens(key_mask, axes)
     mask_all = from_zigzag(mask_all, shards) if reorder else mask_all
     o = attend(on_heads(q), on_heads(k), on_heads(v), mask_all, causal=causal, **options)

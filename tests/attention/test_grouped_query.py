@@ -5,6 +5,9 @@ path's grouping, and the naive path (its grouped einsum, no repetition) under ne
 every derivative of ``fastgp.attention``, on one device and with the tokens split.
 """
 
+import math
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -67,7 +70,9 @@ def test_every_derivative_matches_the_naive_grouped_attention(case, backend):
 
 
 @pytest.mark.parametrize(
-    ("scheme", "heads", "kv_heads"), [("ring", 2, 1), ("all-to-all", 4, 2), ("all-gather", 2, 1)]
+    ("scheme", "heads", "kv_heads"),
+    # the all-to-all trades 4 key heads over the 4 devices, or repeats 2 to 4 first
+    [("ring", 2, 1), ("all-to-all", 8, 4), ("all-to-all", 4, 2), ("all-gather", 2, 1)],
 )
 def test_every_derivative_with_the_tokens_split(scheme, heads, kv_heads):
     args, mask, tangents = grouped_inputs(2, 64, 64, heads, kv_heads, 16)
@@ -77,6 +82,32 @@ def test_every_derivative_with_the_tokens_split(scheme, heads, kv_heads):
     got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
     for name in want:
         assert rel_err(got[name], want[name]) < RTOL, name
+
+
+def traded_elements(kv_heads):
+    """The elements the all-to-alls of a forward program move (8 query heads, 4 devices)."""
+    q, k = jnp.ones((2, 64, 8, 16)), jnp.ones((2, 64, kv_heads, 16))
+    local = lambda q, k, v: fastgp.attention(
+        q, k, v, backend="xla", sample_axis_name="seq", sequence_parallel="all-to-all"
+    )
+    fn = jax.shard_map(local, mesh=seq_mesh(), in_specs=SEQ, out_specs=SEQ)
+    text = jax.jit(fn).lower(q, k, k).compile().as_text() or ""
+    results = [
+        line.split(" = ")[1].split(" all-to-all(")[0]
+        for line in text.splitlines()
+        if " all-to-all(" in line
+    ]
+    assert results, "no all-to-all in the program"
+    shapes = [re.findall(r"\[([\d,]+)\]", r) for r in results]
+    return sum(math.prod(int(n) for n in dims.split(",")) for s in shapes for dims in s)
+
+
+def test_the_all_to_all_trades_the_key_heads_that_split():
+    """4 key heads over 4 devices travel as they are: q and o as with 8 heads, k and v at half;
+    2 key heads do not split over 4 and are repeated first."""
+    multi_head = traded_elements(8)
+    assert traded_elements(4) == multi_head * (1 + 1 + 0.5 + 0.5) / 4  # q, o, k, v
+    assert traded_elements(2) == multi_head
 
 
 @pytest.mark.parametrize("scheme", ["ring", "all-to-all"])
