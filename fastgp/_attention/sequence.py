@@ -27,6 +27,7 @@ holds the less memory per device: docs/performance.md):
   keys are masked out through the key mask. Contiguous layout only.
 """
 
+import math
 from collections.abc import Sequence
 from typing import TypedDict, Unpack
 
@@ -104,13 +105,18 @@ def in_shard_map(
     axis = collective_axis(axes)
     shards = lax.axis_size(axis)
     check_known(scheme, layout)
+    traded: tuple[str, ...] = ()
     if scheme == "auto":
         scheme = "all-to-all" if heads_split(q.shape[2], shards) else "ring"
+        if scheme == "ring" and not (causal and layout == "zigzag"):
+            traded = _traded_axes(axes, q.shape[2])
     _check_layout(q, k, causal, scheme, layout, shards)
     if key_mask is None:
         key_mask = jnp.ones(k.shape[:2], bool)
     if shards == 1:  # every token here: one device's attention (either layout)
         return attend(q, k, v, key_mask, causal=causal, **options)
+    if traded:
+        return _all_to_all_then_ring(q, k, v, key_mask, axes, traded, causal, options)
     if scheme == "ring":
         ring = Ring(axes, shards, layout if causal else "contiguous")
         return attend(q, k, v, key_mask, causal=causal, ring=ring, **options)
@@ -159,6 +165,40 @@ def _all_to_all(
     mask_all = from_zigzag(mask_all, shards) if reorder else mask_all
     o = attend(on_heads(q), on_heads(k), on_heads(v), mask_all, causal=causal, **options)
     return on_tokens(o)
+
+
+def _traded_axes(axes: tuple[str, ...], heads: int) -> tuple[str, ...]:
+    """The longest run of the token axes' last axes, not all of them, whose devices divide each
+    device's ``heads``: the all-to-all's part of an all-to-all-then-ring split (none: ())."""
+    for first in range(1, len(axes)):
+        if heads_split(heads, math.prod(lax.axis_size(a) for a in axes[first:])):
+            return axes[first:]
+    return ()
+
+
+def _all_to_all_then_ring(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    key_mask: jax.Array,
+    axes: tuple[str, ...],
+    traded: tuple[str, ...],
+    causal: bool,
+    options: Options,
+) -> jax.Array:
+    """The tokens split over ``axes`` = (ring axes, ``traded``): an all-to-all over ``traded``
+    trades their split for a head split, the ring runs over the other axes, and a second
+    all-to-all trades back (as unified sequence parallelism does). The traded axes are the last
+    ones, so each device of a ring step holds a contiguous run of the sequence and causal
+    masking is the contiguous ring's."""
+    ring_axes = axes[: len(axes) - len(traded)]
+    if not heads_split(k.shape[2], math.prod(lax.axis_size(a) for a in traded)):
+        k, v = shared_heads(k, v, q.shape[2])
+    on_heads = lambda x: to_heads(x, traded, tokens_at=1, heads_at=2)
+    ring = Ring(ring_axes, math.prod(lax.axis_size(a) for a in ring_axes), "contiguous")
+    mask = gathered_tokens(key_mask, traded)
+    o = attend(on_heads(q), on_heads(k), on_heads(v), mask, causal=causal, ring=ring, **options)
+    return to_tokens(o, traded, tokens_at=1, heads_at=2)
 
 
 def _check_layout(

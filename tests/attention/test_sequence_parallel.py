@@ -375,6 +375,59 @@ def test_the_ring_programs_pass_blocks_and_gather_nothing(mode):
         assert len(set(channels)) == len(channels), (name, channels)
 
 
+# Tokens over several mesh axes whose devices together do not divide the heads: "auto" trades
+# the last axes the heads allow for a head split and runs the ring over the others.
+MULTI_AXIS = {
+    "ring 2 x all-to-all 2": ((2, 2), 2),  # (mesh shape over the token axes, heads)
+    "ring 2 x 2 x all-to-all 2": ((2, 2, 2), 2),  # the ring over two mesh axes
+    "ring 2 x all-to-all 4": ((2, 4), 4),
+}
+
+
+def multi_axis(name, mask, causal, explicit=False):
+    """(attention with the tokens over every axis of MULTI_AXIS[name]'s mesh, the mesh, the
+    token spec, heads)."""
+    shape, heads = MULTI_AXIS[name]
+    names = ("a", "b", "c")[: len(shape)]
+    types = (AxisType.Explicit if explicit else AxisType.Auto,) * len(shape)
+    mesh = jax.make_mesh(shape, names, axis_types=types)
+    spec = P(None, names)
+    if explicit:
+        mask_in = jax.device_put(mask, NamedSharding(mesh, spec))
+        fn = lambda q, k, v: fastgp.attention(q, k, v, mask=mask_in, is_causal=causal)
+        return fn, mesh, spec, heads
+
+    def local(q, k, v, m):
+        return fastgp.attention(q, k, v, mask=m, is_causal=causal, sample_axis_name=names)
+
+    run = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 4, out_specs=spec)
+    return (lambda q, k, v: run(q, k, v, mask)), mesh, spec, heads
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", sorted(MULTI_AXIS))
+def test_all_to_all_then_ring_over_several_token_axes(name, causal):
+    """Every derivative set against one device, in shard_map; the program holds all-to-alls and
+    collective-permutes and gathers nothing but the key mask."""
+    args, mask, tangents = inputs(2, 64, 64, MULTI_AXIS[name][1], 16, padding=True)
+    fn, mesh, spec, _ = multi_axis(name, mask, causal)
+    args, tangents = placed(mesh, spec, (args, tangents))
+    assert_same_derivatives(fn, naive(mask, causal), args, tangents)
+    found = collectives(jax.grad(lambda *a: jnp.sum(fn(*a) ** 2), argnums=(0, 1, 2)), *args)
+    assert {"all-to-all", "collective-permute"} <= set(found), sorted(found)
+    assert all("pred[" in line for line in found.get("all-gather", [])), found["all-gather"]
+
+
+def test_all_to_all_then_ring_under_explicit_axes():
+    args, mask, tangents = inputs(2, 64, 64, 2, 16, padding=True)
+    fn, mesh, spec, _ = multi_axis("ring 2 x 2 x all-to-all 2", mask, True, explicit=True)
+    with jax.set_mesh(mesh):
+        got = explicit_derivatives(fn, placed(mesh, spec, args), placed(mesh, spec, tangents))
+    want = explicit_derivatives(naive(mask, True), args, tangents)
+    for name in want:
+        assert rel_err(got[name], want[name]) < RTOL, name
+
+
 @pytest.mark.aot
 def test_the_ring_sends_each_block_while_a_kernel_runs_on_tpu():
     """Compiled for v5e (4 chips, the tokens split over all): in XLA:TPU's schedule every block
