@@ -150,8 +150,9 @@ def attention(
     "interpret", "tpu-interpret" or "gpu-interpret" (the kernels on CPU), "xla" (blockwise
     loops); ``sample_axis_name``: inside shard_map, the mesh axes the tokens are split over
     (under explicit axes the arrays' types say so); ``sequence_parallel``: "auto" (the all-to-all
-    where it applies, else the ring), "ring", "all-to-all" (the heads on each device a multiple
-    of the token shards; under Auto ``jax.jit`` the ring where they are not) or "all-gather"
+    where it applies; with the tokens on several axes, the all-to-all over the last ones it can
+    and the ring over the rest; else the ring), "ring", "all-to-all" (each device's heads a
+    multiple of the token shards; under Auto ``jax.jit`` the ring where not) or "all-gather"
     (under Auto ``jax.jit``, XLA's partitioner gathers the tokens);
     ``sequence_layout``: "contiguous" or "zigzag" (see ``fastgp.to_zigzag``). The rest are
     Flax's attention_fn keywords, named so that Linen passes them: ``dtype`` casts q, k, v;

@@ -5,7 +5,9 @@
 
 Three schemes, each exact to every order, and ``"auto"`` (the default), which takes the
 all-to-all where each device's heads are a multiple of n and the ring otherwise (the all-to-all
-holds the less memory per device: docs/performance.md):
+holds the less memory per device: docs/performance.md). With the tokens over several mesh axes,
+``"auto"`` where the heads do not split over all of them trades the last axes they split over
+and runs the ring over the others (``_all_to_all_then_ring``; not with the zigzag layout):
 
 * ``"ring"``: every pass runs as n steps that pass the key and value blocks around
   the devices (``fastgp._attention.ring``); a device holds its own tokens, the block it works on
