@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 from test_attention import BACKENDS, RTOL, derivatives, rel_err
 from test_sequence_parallel import (
     SEQ,
+    collectives,
     explicit_derivatives,
     in_auto_jit,
     in_shard_map,
@@ -82,6 +83,27 @@ def test_every_derivative_with_the_tokens_split(scheme, heads, kv_heads):
     got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
     for name in want:
         assert rel_err(got[name], want[name]) < RTOL, name
+
+
+def test_the_all_to_all_then_ring_takes_grouped_heads():
+    """6 query and 2 key heads over a (2, 2) mesh: 6 heads do not split over 4 devices but do
+    over the last axis's 2, whose all-to-all trades the 2 key heads; the ring runs over the
+    first axis."""
+    mesh = jax.make_mesh((2, 2), ("a", "b"), axis_types=(AxisType.Auto,) * 2)
+    args, mask, tangents = grouped_inputs(2, 32, 32, 6, 2, 16)
+    spec = P(None, ("a", "b"))
+
+    def local(q, k, v, m):
+        return fastgp.attention(q, k, v, mask=m, is_causal=True, sample_axis_name=("a", "b"))
+
+    run = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 4, out_specs=spec)
+    ours = lambda q, k, v: run(q, k, v, mask)
+    naive = lambda q, k, v: fastgp.naive_attention(q, k, v, mask=mask, is_causal=True)
+    args, tangents = placed(mesh, spec, (args, tangents))
+    got, want = derivatives(ours, args, tangents), derivatives(naive, args, tangents)
+    for name in want:
+        assert rel_err(got[name], want[name]) < RTOL, name
+    assert {"all-to-all", "collective-permute"} <= set(collectives(ours, *args))
 
 
 def traded_elements(kv_heads):
