@@ -5,12 +5,17 @@ devices but are of the inner axis's), against the ring over all n; memory per CP
     python -m benchmarks.attention.sequence_axes [--tokens 4096 16384] [--shards 4 8]
         [--traded 2] [--heads 2] [--out PATH]
     -> benchmarks/results/attention/sequence_axes.{json,md}
+    python -m benchmarks.attention.sequence_axes --topology v5e:4x4 --tokens 65536 262144
+        --shards 8 16 --traded 4 --heads 4
+    -> benchmarks/results/attention/sequence_axes_tpu.{json,md}
 
 The programs, batch and head size of ``benchmarks.attention.sequence_memory`` (the gradient of
 ``sum(o ** 2)`` and an exact R1's reverse-over-forward program, XLA's loops, float32), inside
 ``shard_map``: the ring over one axis of n devices, and the same n devices as a (n / U, U) mesh
 of ("ring", "traded") axes. Compiled temporaries per device over one device's; x n is 1.00 for a
-perfect 1 / n.
+perfect 1 / n. With ``--topology``, the R1 program in bfloat16 with the Mosaic kernels
+(``backend="pallas"``), compiled for the slice's chips through libtpu's compile-only client, one
+sample per data shard (as ``sequence_memory --topology``): the peak per chip.
 """
 
 import argparse
@@ -20,21 +25,95 @@ import sys
 from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import benchmarks
 import fastgp
 from benchmarks import records
-from benchmarks.attention.sequence_memory import BATCH, HEAD_DIM, measure, programs
+from benchmarks.attention.sequence_memory import (
+    BATCH,
+    HEAD_DIM,
+    collective_counts,
+    measure,
+    programs,
+)
 from benchmarks.tables import markdown_table
+from fastgp import _compiled as cf
 
 OUT = benchmarks.RESULTS / "attention" / "sequence_axes"
+OUT_TPU = benchmarks.RESULTS / "attention" / "sequence_axes_tpu"
+
+
+def layouts(n: int, traded: int) -> dict[str, tuple[tuple[int, ...], tuple[str, ...]]]:
+    """{split: (its mesh's shape over the token axes, their names)} for n devices."""
+    return {
+        "ring": ((n,), ("seq",)),
+        "all-to-all then ring": ((n // traded, traded), ("ring", "traded")),
+    }
+
+
+def tpu_rows(topology: str, tokens: int, shards: list[int], traded: int, heads: int) -> list[dict]:
+    """The R1 program's peak per chip of ``topology`` for each n and split (see the module)."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    devices = np.array(cf.tpu_devices(topology))
+    rows = []
+    for n in shards:
+        for split, (shape, names) in layouts(n, traded).items():
+            mesh = Mesh(devices.reshape((devices.size // n, *shape)), ("data", *names))
+            spec = P("data", names if len(names) > 1 else names[0])
+            x = jax.ShapeDtypeStruct(
+                (devices.size // n, tokens, heads, HEAD_DIM),
+                jnp.bfloat16,
+                sharding=NamedSharding(mesh, spec),
+            )
+            local = lambda q, k, v, names=names: fastgp.attention(
+                q, k, v, backend="pallas", sample_axis_name=names
+            )
+            fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
+            r1 = programs(lambda q, k, v, fn=fn: fn(q, k, v).astype(jnp.float32))
+            compiled = jax.jit(r1["reverse-over-forward"]).lower(x, x, x).compile()
+            row = {"topology": topology, "tokens": tokens, "shards": n, "split": split}
+            row |= {"peak": cf.figures(compiled)["peak"]}
+            row["collectives"] = collective_counts(compiled.as_text() or "")
+            print(row, flush=True)
+            rows.append(row)
+    return rows
+
+
+def tpu_table(result: dict[str, Any]) -> list[str]:
+    """docs/performance.md's table: per T and n, each split's peak per chip and times n."""
+    by = {(r["tokens"], r["shards"], r["split"]): r for r in result["rows"]}
+    cells = []
+    for t, n in sorted({key[:2] for key in by}):
+        ring, both = by[(t, n, "ring")], by[(t, n, "all-to-all then ring")]
+        cells.append(
+            [
+                f"{t:,}",
+                n,
+                f"{ring['peak'] / 2**30:.3f}",
+                f"{both['peak'] / 2**30:.3f}",
+                f"{both['peak'] / ring['peak']:.2f}",
+            ]
+        )
+    traded = result["traded"]
+    head = [
+        "T",
+        "n",
+        "ring over n, GiB / chip",
+        f"all-to-all over {traded} then ring over n / {traded}, GiB / chip",
+        "its peak / the ring's",
+    ]
+    return markdown_table(head, cells)
 
 
 def split_attention(shape: tuple[int, ...], names: tuple[str, ...]) -> tuple[Any, Any]:
@@ -105,6 +184,16 @@ def table(result: dict[str, Any]) -> list[str]:
 
 def markdown(result: dict[str, Any]) -> str:
     command = "python -m benchmarks.attention.sequence_axes " + " ".join(result["argv"])
+    if "topology" in result:
+        return records.page(
+            "Sequence-parallel attention over two token axes: peak per chip "
+            f"({result['topology']})",
+            f"Generated by `{command}`. The R1 program of one sample per data shard, "
+            f"{result['heads']} heads of {HEAD_DIM}, bfloat16, the Mosaic kernels, compiled for "
+            "the slice's chips (compile-only).",
+            tpu_table(result),
+            result,
+        )
     return records.page(
         "Sequence-parallel attention over two token axes: compiled temporaries per device (CPU)",
         f"Generated by `{command}`. B = {BATCH}, {result['heads']} heads of {HEAD_DIM}, float32, "
@@ -121,7 +210,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--shards", nargs="+", type=int, default=[4, 8])
     parser.add_argument("--traded", type=int, default=2)
     parser.add_argument("--heads", type=int, default=2)
-    parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    parser.add_argument("--out", type=pathlib.Path)
+    parser.add_argument("--topology", help="compile for this TPU slice, e.g. v5e:4x4")
     args = parser.parse_args(argv)
     result: dict[str, Any] = {
         "argv": sys.argv[1:] if argv is None else argv,
@@ -131,8 +221,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rows": [],
     }
     for tokens in args.tokens:
-        result["rows"] += run(tokens, args.shards, args.traded, args.heads)
-    records.write(args.out, result, markdown)
+        if args.topology:
+            result["topology"] = args.topology
+            result["rows"] += tpu_rows(args.topology, tokens, args.shards, args.traded, args.heads)
+        else:
+            result["rows"] += run(tokens, args.shards, args.traded, args.heads)
+    records.write(args.out or (OUT_TPU if args.topology else OUT), result, markdown)
     return result
 
 

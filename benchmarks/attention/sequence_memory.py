@@ -77,7 +77,7 @@ def programs(attention: Any) -> dict[str, Any]:
     }
 
 
-def _collectives(text: str) -> dict[str, int]:
+def collective_counts(text: str) -> dict[str, int]:
     counts = dict.fromkeys(COLLECTIVES, 0)
     for line in text.splitlines():
         for kind in COLLECTIVES:
@@ -91,7 +91,7 @@ def measure(program: Any, *args: jax.Array, repeats: int = 3) -> dict[str, Any]:
     after a warm-up (seconds; none when ``repeats`` is 0)."""
     compiled = jax.jit(program).lower(*args).compile()
     figures = cf.figures(compiled)
-    row = {"temp": figures["temp"], "collectives": _collectives(compiled.as_text() or "")}
+    row = {"temp": figures["temp"], "collectives": collective_counts(compiled.as_text() or "")}
     if repeats == 0:
         return row
     jax.block_until_ready(compiled(*args))
@@ -311,7 +311,7 @@ def tpu_rows(topology: str, tokens: int, shards: list[int]) -> list[dict[str, An
             figures = cf.figures(compiled)
             row = {"topology": topology, "tokens": tokens, "shards": n, "scheme": scheme}
             row |= {"peak": figures["peak"], "temp": figures["temp"]}
-            row["collectives"] = _collectives(compiled.as_text() or "")
+            row["collectives"] = collective_counts(compiled.as_text() or "")
             print(row, flush=True)
             rows.append(row)
     return rows
