@@ -103,6 +103,7 @@ def tpu_table(result: dict[str, Any]) -> list[str]:
                 f"{ring['peak'] / 2**30:.3f}",
                 f"{both['peak'] / 2**30:.3f}",
                 f"{both['peak'] / ring['peak']:.2f}",
+                ", ".join(f"{k} {v}" for k, v in sorted(both["collectives"].items())),
             ]
         )
     traded = result["traded"]
@@ -112,6 +113,7 @@ def tpu_table(result: dict[str, Any]) -> list[str]:
         "ring over n, GiB / chip",
         f"all-to-all over {traded} then ring over n / {traded}, GiB / chip",
         "its peak / the ring's",
+        "its collectives",
     ]
     return markdown_table(head, cells)
 
