@@ -3,7 +3,7 @@
 devices but are of the inner axis's), against the ring over all n; memory per CPU device.
 
     python -m benchmarks.attention.sequence_axes [--tokens 4096 16384] [--shards 4 8]
-        [--traded 2] [--heads 2] [--out PATH]
+        [--traded 2] [--heads 2] [--repeats 0] [--out PATH]
     -> benchmarks/results/attention/sequence_axes.{json,md}
     python -m benchmarks.attention.sequence_axes --topology v5e:4x4 --tokens 65536 262144
         --shards 8 16 --traded 4 --heads 4
@@ -13,7 +13,9 @@ The programs, batch and head size of ``benchmarks.attention.sequence_memory`` (t
 ``sum(o ** 2)`` and an exact R1's reverse-over-forward program, XLA's loops, float32), inside
 ``shard_map``: the ring over one axis of n devices, and the same n devices as a (n / U, U) mesh
 of ("ring", "traded") axes. Compiled temporaries per device over one device's; x n is 1.00 for a
-perfect 1 / n. With ``--topology``, the R1 program in bfloat16 with the Mosaic kernels
+perfect 1 / n. With ``--repeats``, the fastest of that many runs of each (all n simulated
+devices on this machine's cores: the split against the ring, not against a chip). With
+``--topology``, the R1 program in bfloat16 with the Mosaic kernels
 (``backend="pallas"``), compiled for the slice's chips through libtpu's compile-only client, one
 sample per data shard (as ``sequence_memory --topology``): the peak per chip.
 """
@@ -130,7 +132,9 @@ def split_attention(shape: tuple[int, ...], names: tuple[str, ...]) -> tuple[Any
     return fn, NamedSharding(mesh, spec)
 
 
-def run(tokens: int, shards: list[int], traded: int, heads: int) -> list[dict[str, Any]]:
+def run(
+    tokens: int, shards: list[int], traded: int, heads: int, repeats: int = 0
+) -> list[dict[str, Any]]:
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     args = [jax.random.normal(key, (BATCH, tokens, heads, HEAD_DIM)) for key in keys]
     one = lambda q, k, v: fastgp.attention(q, k, v, backend="xla")
@@ -145,7 +149,7 @@ def run(tokens: int, shards: list[int], traded: int, heads: int) -> list[dict[st
             for split, (shape, names) in layouts.items():
                 fn, sharding = split_attention(shape, names)
                 placed = [jax.device_put(x, sharding) for x in args]
-                got = measure(programs(fn)[name], *placed, repeats=0)
+                got = measure(programs(fn)[name], *placed, repeats=repeats)
                 row = {"tokens": tokens, "program": name, "shards": n, "split": split}
                 row |= {**got, "one_device": base, "of_one": got["temp"] / base}
                 print(row, flush=True)
@@ -171,6 +175,7 @@ def table(result: dict[str, Any]) -> list[str]:
                 f"{both['temp'] / ring['temp']:.2f}",
                 ", ".join(f"{k} {v}" for k, v in sorted(both["collectives"].items())),
             ]
+            + ([f"{both['seconds'] / ring['seconds']:.2f}"] if "seconds" in ring else [])
         )
     head = [
         "T",
@@ -180,7 +185,7 @@ def table(result: dict[str, Any]) -> list[str]:
         f"all-to-all over {traded} then ring over n / {traded}, x n",
         "its memory / the ring's",
         "its collectives",
-    ]
+    ] + (["its time / the ring's"] if all("seconds" in r for r in result["rows"]) else [])
     return markdown_table(head, cells)
 
 
@@ -212,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--shards", nargs="+", type=int, default=[4, 8])
     parser.add_argument("--traded", type=int, default=2)
     parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=0, help="timed runs of each (CPU)")
     parser.add_argument("--out", type=pathlib.Path)
     parser.add_argument("--topology", help="compile for this TPU slice, e.g. v5e:4x4")
     args = parser.parse_args(argv)
@@ -227,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["topology"] = args.topology
             result["rows"] += tpu_rows(args.topology, tokens, args.shards, args.traded, args.heads)
         else:
-            result["rows"] += run(tokens, args.shards, args.traded, args.heads)
+            result["rows"] += run(tokens, args.shards, args.traded, args.heads, args.repeats)
     records.write(args.out or (OUT_TPU if args.topology else OUT), result, markdown)
     return result
 
