@@ -25,6 +25,7 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     attention/sequence_time_h8.json    their times on CPU, 4,096 tokens, shard_map
     attention/sequence_axes.json       the tokens over two axes: all-to-all then ring, per device
     attention/sequence_axes_tpu.json   the same R1 program per v5e chip (compile-only)
+    attention/sequence_axes_time.json  the split and the ring timed on CPU, 4,096 tokens
     attention/sequence_memory_tpu.json the same R1 program per v5e chip (compile-only)
     attention/ring_overlap.json        what runs beside the ring's transfers on v5e (compile-only)
     attention/auto_cpu.json            with attention_tpu.json, gpu/: what attention's "auto" runs
@@ -629,6 +630,13 @@ def attention_sequence_axes(results):
     return sequence_axes.table(_json_in(results.dir, "attention/sequence_axes.json"))
 
 
+def attention_sequence_axes_time(results):
+    """performance.md's table of the all-to-all-then-ring split timed against the ring, CPU."""
+    from benchmarks.attention import sequence_axes
+
+    return sequence_axes.table(_json_in(results.dir, "attention/sequence_axes_time.json"))
+
+
 def attention_sequence_axes_tpu(results):
     """performance.md's table of the all-to-all-then-ring split against the ring on v5e."""
     from benchmarks.attention import sequence_axes
@@ -746,6 +754,7 @@ BLOCKS = {
     "attention-sequence-time-heads": attention_sequence_time_heads,
     "attention-sequence-axes": attention_sequence_axes,
     "attention-sequence-axes-tpu": attention_sequence_axes_tpu,
+    "attention-sequence-axes-time": attention_sequence_axes_time,
     "attention-sequence-memory-tpu": attention_sequence_memory_tpu,
     "attention-sequence-memory-headline": attention_sequence_memory_headline,
     "attention-ring-overlap": attention_ring_overlap,
@@ -814,6 +823,7 @@ SOURCES = {
     "attention-sequence-time-heads": ("attention/sequence_time_h8.json",),
     "attention-sequence-axes": ("attention/sequence_axes.json",),
     "attention-sequence-axes-tpu": ("attention/sequence_axes_tpu.json",),
+    "attention-sequence-axes-time": ("attention/sequence_axes_time.json",),
     "attention-sequence-memory-headline": (
         "attention/sequence_memory.json",
         "attention/sequence_memory_h8.json",
