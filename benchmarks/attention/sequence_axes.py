@@ -43,8 +43,10 @@ from benchmarks import records
 from benchmarks.attention.sequence_memory import (
     BATCH,
     HEAD_DIM,
+    attention_inputs,
     collective_counts,
     measure,
+    one_device,
     programs,
 )
 from benchmarks.tables import markdown_table
@@ -135,11 +137,9 @@ def split_attention(shape: tuple[int, ...], names: tuple[str, ...]) -> tuple[Any
 def run(
     tokens: int, shards: list[int], traded: int, heads: int, repeats: int = 0
 ) -> list[dict[str, Any]]:
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    args = [jax.random.normal(key, (BATCH, tokens, heads, HEAD_DIM)) for key in keys]
-    one = lambda q, k, v: fastgp.attention(q, k, v, backend="xla")
+    args = attention_inputs(tokens, heads)
     rows = []
-    for name, program in programs(one).items():
+    for name, program in programs(one_device).items():
         base = measure(program, *args, repeats=0)["temp"]
         for n in shards:
             layouts = {

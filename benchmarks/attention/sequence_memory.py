@@ -129,6 +129,17 @@ def applies(scheme: Scheme, heads: int, n: int) -> bool:
     return scheme != "auto"
 
 
+def attention_inputs(tokens: int, heads: int) -> list[jax.Array]:
+    """q, k and v: (B, tokens, heads, HEAD_DIM) float32 draws."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    return [jax.random.normal(key, (BATCH, tokens, heads, HEAD_DIM)) for key in keys]
+
+
+def one_device(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """The attention every split is compared with: one device holding every token."""
+    return fastgp.attention(q, k, v, backend="xla")
+
+
 def run(
     tokens: int,
     shards: list[int],
@@ -136,11 +147,9 @@ def run(
     heads: int = HEADS,
     modes: tuple[str, ...] = MODES,
 ) -> list[dict[str, Any]]:
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    args = [jax.random.normal(key, (BATCH, tokens, heads, HEAD_DIM)) for key in keys]
-    one = lambda q, k, v: fastgp.attention(q, k, v, backend="xla")
+    args = attention_inputs(tokens, heads)
     rows = []
-    for name, program in programs(one).items():
+    for name, program in programs(one_device).items():
         base = measure(program, *args, repeats=repeats)
         rows.append({"tokens": tokens, "program": name, "shards": 1, **base})
         for n in shards:
