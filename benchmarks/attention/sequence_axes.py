@@ -33,7 +33,6 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -48,6 +47,7 @@ from benchmarks.attention.sequence_memory import (
     measure,
     one_device,
     programs,
+    tpu_compiled,
 )
 from benchmarks.tables import markdown_table
 from fastgp import _compiled as cf
@@ -66,26 +66,11 @@ def layouts(n: int, traded: int) -> dict[str, tuple[tuple[int, ...], tuple[str, 
 
 def tpu_rows(topology: str, tokens: int, shards: list[int], traded: int, heads: int) -> list[dict]:
     """The R1 program's peak per chip of ``topology`` for each n and split (see the module)."""
-    import numpy as np
-    from jax.sharding import Mesh
-
-    devices = np.array(cf.tpu_devices(topology))
     rows = []
     for n in shards:
-        for split, (shape, names) in layouts(n, traded).items():
-            mesh = Mesh(devices.reshape((devices.size // n, *shape)), ("data", *names))
-            spec = P("data", names if len(names) > 1 else names[0])
-            x = jax.ShapeDtypeStruct(
-                (devices.size // n, tokens, heads, HEAD_DIM),
-                jnp.bfloat16,
-                sharding=NamedSharding(mesh, spec),
-            )
-            local = lambda q, k, v, names=names: fastgp.attention(
-                q, k, v, backend="pallas", sample_axis_name=names
-            )
-            fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
-            r1 = programs(lambda q, k, v, fn=fn: fn(q, k, v).astype(jnp.float32))
-            compiled = jax.jit(r1["reverse-over-forward"]).lower(x, x, x).compile()
+        for split, token_mesh in layouts(n, traded).items():
+            name = "reverse-over-forward"
+            compiled = tpu_compiled(topology, tokens, n, "auto", (name,), token_mesh, heads)[name]
             row = {"topology": topology, "tokens": tokens, "shards": n, "split": split}
             row |= {"peak": cf.figures(compiled)["peak"]}
             row["collectives"] = collective_counts(compiled.as_text() or "")
@@ -124,11 +109,8 @@ def tpu_table(result: dict[str, Any]) -> list[str]:
 
 def split_attention(shape: tuple[int, ...], names: tuple[str, ...]) -> tuple[Any, Any]:
     """(attention with the tokens over every axis of a ``shape`` mesh, the inputs' sharding)."""
-    n = 1
-    for size in shape:
-        n *= size
     mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape))
-    spec = P(None, names if len(names) > 1 else names[0])
+    spec = P(None, names)
     local = lambda q, k, v: fastgp.attention(q, k, v, backend="xla", sample_axis_name=names)
     fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
     return fn, NamedSharding(mesh, spec)

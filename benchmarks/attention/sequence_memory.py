@@ -284,24 +284,32 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def tpu_compiled(
-    topology: str, tokens: int, n: int, scheme: Scheme, names: tuple[str, ...]
+    topology: str,
+    tokens: int,
+    n: int,
+    scheme: Scheme,
+    names: tuple[str, ...],
+    token_mesh: tuple[tuple[int, ...], tuple[str, ...]] | None = None,
+    heads: int = HEADS_TPU,
 ) -> dict[str, Any]:
     """{name: the program of :func:`programs` compiled for ``topology``'s chips}: bfloat16,
     ``backend="pallas"``, inside ``shard_map`` over a (data, seq) = (chips / n, n) mesh, one
-    sample per data shard, the tokens split over "seq" by ``scheme``."""
+    sample per data shard, the tokens split over "seq" by ``scheme``; or with ``token_mesh``
+    (the shape and names of the token axes, n devices in all) over (data, *names)."""
     import numpy as np
     from jax.sharding import Mesh
 
+    shape, axes = token_mesh or ((n,), ("seq",))
     devices = np.array(cf.tpu_devices(topology))
-    mesh = Mesh(devices.reshape(devices.size // n, n), ("data", "seq"))
-    spec = P("data", "seq")
+    mesh = Mesh(devices.reshape((devices.size // n, *shape)), ("data", *axes))
+    spec = P("data", axes)
     x = jax.ShapeDtypeStruct(
-        (devices.size // n, tokens, HEADS_TPU, HEAD_DIM),
+        (devices.size // n, tokens, heads, HEAD_DIM),
         jnp.bfloat16,
         sharding=NamedSharding(mesh, spec),
     )
     local = lambda q, k, v: fastgp.attention(
-        q, k, v, backend="pallas", sample_axis_name="seq", sequence_parallel=scheme
+        q, k, v, backend="pallas", sample_axis_name=axes, sequence_parallel=scheme
     )
     fn = jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
     chosen = programs(lambda q, k, v: fn(q, k, v).astype(jnp.float32))

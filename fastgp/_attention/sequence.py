@@ -7,13 +7,14 @@ Three schemes, each exact to every order, and ``"auto"`` (the default), which ta
 all-to-all where each device's heads are a multiple of n and the ring otherwise (the all-to-all
 holds the less memory per device: docs/performance.md). With the tokens over several mesh axes,
 ``"auto"`` where the heads do not split over all of them trades the last axes they split over
-and runs the ring over the others (``_all_to_all_then_ring``; not with the zigzag layout):
+and runs the ring over the others (``_all_to_all`` with a ring; not with the zigzag layout):
 
 * ``"ring"``: every pass runs as n steps that pass the key and value blocks around
   the devices (``fastgp._attention.ring``); a device holds its own tokens, the block it works on
-  and the block in flight, so attention's memory per device falls with n (about twice 1/n of one
-  device's: the blocks and the key-side sums are its own state). The tokens' ``layout`` is
-  "contiguous" or, for causal masking with the work balanced, "zigzag" (``to_zigzag``).
+  and the block in flight, so attention's memory per device falls with n, though not as 1/n:
+  the blocks and the key-side sums are its own state (docs/performance.md). The tokens'
+  ``layout`` is "contiguous" or, for causal masking with the work balanced, "zigzag"
+  (``to_zigzag``).
 * ``"all-to-all"`` (DeepSpeed-Ulysses): an all-to-all trades the token split for a head split,
   each device attends every token of H / n heads with one device's attention, and a second
   all-to-all trades back (the key mask is gathered). All-to-all is linear, its transpose the
@@ -29,7 +30,6 @@ and runs the ring over the others (``_all_to_all_then_ring``; not with the zigza
   keys are masked out through the key mask. Contiguous layout only.
 """
 
-import math
 from collections.abc import Sequence
 from typing import TypedDict, Unpack
 
@@ -117,8 +117,11 @@ def in_shard_map(
         key_mask = jnp.ones(k.shape[:2], bool)
     if shards == 1:  # every token here: one device's attention (either layout)
         return attend(q, k, v, key_mask, causal=causal, **options)
-    if traded:
-        return _all_to_all_then_ring(q, k, v, key_mask, axes, traded, causal, options)
+    if traded:  # the all-to-all over the traded axes, the ring over the others inside it
+        ring_axes = axes[: len(axes) - len(traded)]
+        ring = Ring(ring_axes, lax.axis_size(collective_axis(ring_axes)), "contiguous")
+        n = lax.axis_size(collective_axis(traded))
+        return _all_to_all(q, k, v, key_mask, traded, n, causal, "contiguous", options, ring)
     if scheme == "ring":
         ring = Ring(axes, shards, layout if causal else "contiguous")
         return attend(q, k, v, key_mask, causal=causal, ring=ring, **options)
@@ -146,11 +149,16 @@ def _all_to_all(
     causal: bool,
     layout: Layout,
     options: Options,
+    ring: Ring | None = None,
 ) -> jax.Array:
     """The all-to-all scheme (see the module) over the ``shards`` devices of ``axes``:
     (B, T_local, H, D) -> (B, T, H / n, D), one device's attention, and back to
     (B, T_local, H, Dv). Grouped-query k and v trade their K heads where n divides K (each
-    device then holds the key heads its query heads read), else H repeated ones."""
+    device then holds the key heads its query heads read), else H repeated ones. With ``ring``
+    (over the token axes before ``axes``, contiguous layout) the attention between the trades
+    runs on that ring: an all-to-all-then-ring split, as unified sequence parallelism does. The
+    traded axes being the last, each ring step holds a contiguous run of the sequence, and
+    causal masking is the contiguous ring's."""
     reorder = causal and layout == "zigzag"  # the keys' order is free where nothing is causal
 
     def on_heads(x: jax.Array) -> jax.Array:
@@ -165,7 +173,7 @@ def _all_to_all(
         k, v = shared_heads(k, v, q.shape[2])
     mask_all = gathered_tokens(key_mask, axes)
     mask_all = from_zigzag(mask_all, shards) if reorder else mask_all
-    o = attend(on_heads(q), on_heads(k), on_heads(v), mask_all, causal=causal, **options)
+    o = attend(on_heads(q), on_heads(k), on_heads(v), mask_all, causal=causal, ring=ring, **options)
     return on_tokens(o)
 
 
@@ -173,34 +181,9 @@ def _traded_axes(axes: tuple[str, ...], heads: int) -> tuple[str, ...]:
     """The longest run of the token axes' last axes, not all of them, whose devices divide each
     device's ``heads``: the all-to-all's part of an all-to-all-then-ring split (none: ())."""
     for first in range(1, len(axes)):
-        if heads_split(heads, math.prod(lax.axis_size(a) for a in axes[first:])):
+        if heads_split(heads, lax.axis_size(collective_axis(axes[first:]))):
             return axes[first:]
     return ()
-
-
-def _all_to_all_then_ring(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    key_mask: jax.Array,
-    axes: tuple[str, ...],
-    traded: tuple[str, ...],
-    causal: bool,
-    options: Options,
-) -> jax.Array:
-    """The tokens split over ``axes`` = (ring axes, ``traded``): an all-to-all over ``traded``
-    trades their split for a head split, the ring runs over the other axes, and a second
-    all-to-all trades back (as unified sequence parallelism does). The traded axes are the last
-    ones, so each device of a ring step holds a contiguous run of the sequence and causal
-    masking is the contiguous ring's."""
-    ring_axes = axes[: len(axes) - len(traded)]
-    if not heads_split(k.shape[2], math.prod(lax.axis_size(a) for a in traded)):
-        k, v = shared_heads(k, v, q.shape[2])
-    on_heads = lambda x: to_heads(x, traded, tokens_at=1, heads_at=2)
-    ring = Ring(ring_axes, math.prod(lax.axis_size(a) for a in ring_axes), "contiguous")
-    mask = gathered_tokens(key_mask, traded)
-    o = attend(on_heads(q), on_heads(k), on_heads(v), mask, causal=causal, ring=ring, **options)
-    return to_tokens(o, traded, tokens_at=1, heads_at=2)
 
 
 def _check_layout(
