@@ -1,23 +1,12 @@
-"""Test set-up: CPU JAX with 8 simulated devices, libtpu usable from parallel workers."""
+"""Test set-up: the environment (``suite_environment``), hypothesis's profile, shared fixtures."""
 
 import os
+import shutil
 from pathlib import Path
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    ).strip()
-# The suite's programs are small and compiled once each, so XLA:CPU's LLVM optimisations and its
-# MLIR fusion emitters cost more than they save (the elemental emitters compile the same fusions
-# faster); the HLO passes, and so what the programs compute, are unchanged.
-if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += (
-        " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-        " --xla_cpu_use_fusion_emitters=false"
-    )
+import suite_environment  # before JAX is imported: it sets JAX's environment
 
+# isort: split
 import jax
 import pytest
 from hypothesis import HealthCheck, settings
@@ -96,3 +85,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in END_TO_END_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_unconfigure(config):
+    if suite_environment.OWN_CACHE is not None:  # the process that made it (xdist's controller)
+        shutil.rmtree(suite_environment.OWN_CACHE, ignore_errors=True)

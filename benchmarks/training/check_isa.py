@@ -21,12 +21,10 @@ from typing import Any
 import benchmarks
 from benchmarks import records
 from benchmarks.tables import markdown_table
+from fastgp import _xla_flags
 
 RESULTS = benchmarks.RESULTS / "training"
-TEST_FLAGS = (
-    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
-    "--xla_cpu_use_fusion_emitters=false"
-)
+TEST_FLAGS = " ".join(_xla_flags.known(_xla_flags.COMPILE_FAST))  # those this XLA knows
 CHECK = ["--dataset", "digits", "--devices", "2", "--steps", "2", "--batch-size", "16"]
 CHECK += ["--n-critic", "2"]
 
