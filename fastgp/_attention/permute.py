@@ -21,11 +21,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
-from jax._src.lax import parallel as jax_parallel  # the permutation's lowering, shared
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.lax import ppermute_p
 from jaxlib.mlir.dialects import stablehlo as hlo
+
+from fastgp import _jax_private
 
 permute_p = Primitive("fastgp_ring_permute")
 _CHANNEL_BASE = contextvars.ContextVar("fastgp_ring_channel_base", default=0)
@@ -46,7 +47,9 @@ def own_channels() -> Iterator[None]:
 def permute(x: jax.Array, axis_name: Any, perm: Sequence[tuple[int, int]]) -> jax.Array:
     """``lax.ppermute(x, axis_name, perm)`` with its own channel (see the module)."""
     axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-    x = jax_parallel.insert_collective_pvary(axes, x)  # as ppermute: varying over the ring
+    x = _jax_private.resolve("insert_collective_pvary")(
+        axes, x
+    )  # varying over the ring, as ppermute
     pairs = tuple((src, dst) for src, dst in perm)
     return permute_p.bind(x, axis_name=axes, perm=pairs, channel_base=_CHANNEL_BASE.get())
 
@@ -68,7 +71,7 @@ def _batch(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> tuple[Any
 def _lowering(
     ctx: mlir.LoweringRuleContext, x: Any, *, axis_name: Any, perm: Perm, channel_base: int
 ) -> Any:
-    full_perm, _ = jax_parallel._pcollectives_lowering_common(
+    full_perm, _ = _jax_private.resolve("pcollectives_lowering_common")(
         ctx, axis_name=axis_name, perm=perm, op_name="ppermute"
     )
     channel_id = channel_base + ctx.module_context.new_channel()

@@ -38,12 +38,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax._src.dispatch import prim_requires_devices_during_lowering
-from jax._src.sharding_impls import ShardingContext  # the lowering's sharding context
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import AxisType
 
+from fastgp import _jax_private
 from fastgp._attention import ring, xla
 from fastgp._attention.config import Config
 from fastgp._attention.partitioned import partitioned
@@ -103,7 +102,10 @@ def _new_primitive(name: str) -> Primitive:
     prim.def_impl(lambda *args, config: _impl(name, config)(*args))
     mlir.register_lowering(prim, functools.partial(_lowering, name), cacheable=False)
     # the partitioned lowering (_lowering) hands the devices to its callback
-    prim_requires_devices_during_lowering.add(prim)
+    try:
+        _jax_private.resolve("prim_requires_devices_during_lowering").add(prim)
+    except _jax_private.MissingPrivateJax:
+        pass  # _lowering names it where an Auto-jit program needs the partitioning
     return prim
 
 
@@ -116,6 +118,7 @@ def _lowering(name: str, ctx: mlir.LoweringRuleContext, *args: Any, config: Conf
         and config.scheme != "all-gather"
         and _auto_over_devices(ctx)
     ):
+        _jax_private.resolve("prim_requires_devices_during_lowering")
         fn = _partitioned(name, config, bool(jax.config.read("jax_enable_x64")))
     else:
         fn = _lowered(name, config)
@@ -130,7 +133,7 @@ def _auto_over_devices(ctx: mlir.LoweringRuleContext) -> bool:
     not one for ``jax.export``, and not one for a compile-only TPU client (from a CPU host),
     which has no custom partitioner."""
     context = ctx.module_context.axis_context
-    if not isinstance(context, ShardingContext) or context.num_devices < 2:
+    if not isinstance(context, mlir.ShardingContext) or context.num_devices < 2:
         return False
     if ctx.module_context.lowering_parameters.for_export:
         return False

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
+from fastgp import _jax_private
 from fastgp.kernels.attention import (
     flash_forward,
     flash_second_vjp,
@@ -253,8 +254,7 @@ def test_tpu_interpret_mode_finds_no_races():
     o, lse = flash_forward(p["q"], p["k"], p["v"], mask, **opts)
     flash_tangent(p["q"], p["k"], p["v"], o, lse, mask, t["q"], t["k"], t["v"], **opts)
     jax.block_until_ready(flash_vjp(p["q"], p["k"], p["v"], o, lse, mask, g_o, g_lse, **opts))
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as state
-
+    state = _jax_private.resolve("tpu_interpret_state")
     assert state.races is not None and not state.races.races_found
 
 

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from jax._src.pallas import primitives as pallas_primitives
-from jax._src.pallas.mosaic.interpret import utils as tpu_interpret_utils
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from fastgp import _jax_private
 from fastgp._penalty import binding as backends
 from fastgp._penalty.rowops import RowOptions, norms_and_penalties
 from fastgp.kernels.penalty import Blocks, lane_blocks, lane_sumsq, row_blocks, row_sumsq
@@ -171,12 +170,14 @@ def finite_garbage(monkeypatch):
     hardware, where they are whatever the buffer held: only masking (not NaN propagation)
     keeps them out of the sums."""
     monkeypatch.setattr(
-        pallas_primitives,
+        _jax_private.resolve("pallas_primitives"),
         "uninitialized_value",
         lambda shape, dtype: jnp.full(shape, GARBAGE, dtype),
     )
     monkeypatch.setattr(
-        tpu_interpret_utils, "get_uninitialized_value", lambda dtype, memory: GARBAGE
+        _jax_private.resolve("tpu_interpret_utils"),
+        "get_uninitialized_value",
+        lambda dtype, memory: GARBAGE,
     )
 
 
