@@ -122,13 +122,21 @@ class Evaluator:
         )
 
     def figure(self, path: Any, state: Any, records: list[dict[str, Any]], title: str) -> None:
+        """Write the run's figure: samples, the critic's input-gradient norms at the points its
+        penalty is taken at, and the logged curves, named for the run's loss and penalty."""
+        from fastgp.train.run.figures import figure_labels, plot_run  # matplotlib, only here
+
         g_params, d_params = state.g_params, state.d_params
         k_real, k_alpha = jax.random.split(jax.random.fold_in(self.key, 1))
         real = np.asarray(self.problem.sample_real(k_real, self.n), np.float32)
         fake = self.samples(g_params)
-        alpha = np.asarray(jax.random.uniform(k_alpha, (self.n,)), np.float32)
-        alpha = alpha.reshape((-1,) + (1,) * (real.ndim - 1))
-        norms = np.asarray(self._norms(d_params, real + alpha * (fake - real)))
+        labels = figure_labels(self.config)
+        points = {"real": real, "fake": fake}
+        if "interpolates" in labels.points:
+            alpha = np.asarray(jax.random.uniform(k_alpha, (self.n,)), np.float32)
+            alpha = alpha.reshape((-1,) + (1,) * (real.ndim - 1))
+            points["interpolates"] = real + alpha * (fake - real)
+        norms = {p: np.asarray(self._norms(d_params, points[p])) for p in labels.points}
         grid = None
         if real.ndim == 2:
             both = np.concatenate([real, fake[np.all(np.isfinite(fake), 1)]])
@@ -136,9 +144,7 @@ class Evaluator:
             xs, ys = np.linspace(lo[0], hi[0], 120), np.linspace(lo[1], hi[1], 120)
             mesh = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2).astype(np.float32)
             grid = (xs, ys, np.asarray(self._critic(d_params, mesh)).reshape(len(ys), len(xs)))
-        from fastgp.train.run.figures import plot_run  # matplotlib, only where a figure is drawn
-
-        plot_run(path, real, fake, norms, records, critic_grid=grid, title=title)
+        plot_run(path, real, fake, norms, records, labels, critic_grid=grid, title=title)
 
 
 __all__ = ["DIGITS_RECORD", "Evaluator"]
