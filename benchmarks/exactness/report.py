@@ -1,9 +1,14 @@
 """The study's page and figure: rows over seeds, the runs, and quality against CPU time.
 
-summarize(result)        -> [{"row", "runs", "collapsed", c2st/fd mean and sd, s_per_step}]
+summarize(result)        -> [{"row", "recorded", "runs", "collapsed", c2st/fd, s_per_step}]
+    by_row(summary)          -> {row: its summary}; ValueError where a row was recorded both ways
     summary_table(result)    -> the markdown lines of the rows over their seeds
 markdown(result)         -> the page of benchmarks/results/exactness/study_<critic>.md
 figure(result, path)     -> Frechet distance against the study's clock, one line per run
+
+A run recorded before runs kept their resolved configuration and commit (no ``config``) is never
+pooled with one that keeps them: its row is summarised apart and marked (``UNRECORDED``), with a
+note under the table.
 """
 
 import pathlib
@@ -14,6 +19,20 @@ import numpy as np
 from benchmarks.tables import markdown_table
 
 MIN_CLASSES = 8
+# The mark of a row whose runs were recorded without their resolved configuration.
+UNRECORDED = "\N{DAGGER}"
+
+
+def unrecorded_note(runs: int) -> str:
+    """The note under a table whose marked rows hold ``runs`` runs without a configuration."""
+    return (
+        f"{UNRECORDED} {runs} run{'s' if runs != 1 else ''} recorded without their resolved "
+        "configuration and commit: what they trained is not checked against their row's "
+        "declaration, and their flags alone do not fix it (a recipe of their commit may have set "
+        "fields the flags do not name)."
+    )
+
+
 # The MNIST calibration's "real, one class (3)" row: every sample one digit.
 ONE_CLASS_FRECHET = 181.9
 
@@ -26,18 +45,25 @@ def collapsed(run: dict[str, Any]) -> bool:
     return run["classes_covered"] < MIN_CLASSES or run["frechet_distance"] > ONE_CLASS_FRECHET
 
 
+def recorded(run: dict[str, Any]) -> bool:
+    """Whether ``run`` keeps its resolved configuration (and commit)."""
+    return "config" in run
+
+
 def summarize(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One record per row, in the order rows first appear: how many runs and collapses, and the
+    """One record per row, in the order rows first appear, its runs with a resolved
+    configuration apart from those without (``recorded``): how many runs and collapses, and the
     final quality of its runs that did not fail (mean and sd over seeds)."""
-    by_row: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, bool], list[dict[str, Any]]] = {}
     for run in result["runs"]:
-        by_row.setdefault(run["row"], []).append(run)
+        groups.setdefault((run["row"], recorded(run)), []).append(run)
     summary = []
-    for row, runs in by_row.items():
+    for (row, kept), runs in groups.items():
         done = [r for r in runs if not r.get("failed")]
         summary.append(
             {
                 "row": row,
+                "recorded": kept,
                 "runs": len(runs),
                 "collapsed": sum(collapsed(r) for r in runs),
                 "c2st": [r["c2st_accuracy"] for r in done],
@@ -50,6 +76,20 @@ def summarize(result: dict[str, Any]) -> list[dict[str, Any]]:
     return summary
 
 
+def by_row(summary: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The summaries by row name; ValueError where a row has runs with and without a resolved
+    configuration (two summaries that must not be read as one)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for s in summary:
+        if s["row"] in rows:
+            raise ValueError(
+                f"row {s['row']} holds runs with and without a resolved configuration; they "
+                "are summarised apart, not as one row"
+            )
+        rows[s["row"]] = s
+    return rows
+
+
 def mean_sd(values: list[float], fmt: str = "{:.3f}") -> str:
     """The values' mean and standard deviation over seeds (the value alone for one seed)."""
     if not values:
@@ -60,10 +100,12 @@ def mean_sd(values: list[float], fmt: str = "{:.3f}") -> str:
 
 
 def summary_table(result: dict[str, Any]) -> list[str]:
-    """The rows over their seeds: collapses, final quality, steps in the budget, s / step."""
+    """The rows over their seeds: collapses, final quality, steps in the budget, s / step; a
+    row of runs without their resolved configuration marked, with a note under the table."""
+    summary = summarize(result)
     rows = (
         [
-            s["row"],
+            s["row"] if s["recorded"] else f"{s['row']} {UNRECORDED}",
             f"{s['collapsed']} of {s['runs']}",
             mean_sd(s["c2st"]),
             mean_sd(s["frechet"], "{:.1f}"),
@@ -71,10 +113,20 @@ def summary_table(result: dict[str, Any]) -> list[str]:
             mean_sd([float(n) for n in s["steps"]], "{:.0f}"),
             mean_sd(s["s_per_step"], "{:.2f}"),
         ]
-        for s in summarize(result)
+        for s in summary
     )
     head = ["row", "collapsed", "C2ST", "Fréchet", "classes", "steps in budget", "s / step"]
-    return markdown_table(head, rows)
+    table = markdown_table(head, rows)
+    unrecorded = sum(s["runs"] for s in summary if not s["recorded"])
+    return [*table, "", unrecorded_note(unrecorded)] if unrecorded else table
+
+
+def _commit(run: dict[str, Any]) -> str:
+    """A run's commit as the page shows it: short, "dirty" where the checkout was changed."""
+    if not recorded(run):
+        return "not recorded"
+    commit = run["commit"] if run["commit"] == "unknown" else run["commit"][:9]
+    return f"{commit} (dirty)" if run["dirty"] else commit
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -89,10 +141,13 @@ def markdown(result: dict[str, Any]) -> str:
             "-" if r.get("failed") else f"{r['frechet_distance']:.2f}",
             "-" if r.get("failed") else r["classes_covered"],
             "yes" if collapsed(r) else "no",
+            _commit(r),
             " ".join(r["flags"][8:]),
         ]
         for r in result["runs"]
     )
+    # Older files carry one commit, their last invocation's; newer ones one per run.
+    commit = f"; commit {result['commit']} (the last invocation's)" if "commit" in result else ""
     budget = {r.get("budget_s") for r in result["runs"]}
     lines = [
         "# What exactness buys: exact against approximate R1 in training",
@@ -109,10 +164,11 @@ def markdown(result: dict[str, Any]) -> str:
         "Every run:",
         "",
         *markdown_table(
-            ["row", "seed", "steps", "C2ST", "Fréchet", "classes", "collapsed", "flags"], runs
+            ["row", "seed", "steps", "C2ST", "Fréchet", "classes", "collapsed", "commit", "flags"],
+            runs,
         ),
         "",
-        f"Machine: {result['machine']}; commit {result['commit']}.",
+        f"Machine: {result['machine']}{commit}.",
         "",
     ]
     return "\n".join(lines)

@@ -23,6 +23,14 @@ clock at step x (s / step). The rows (``ROWS``; gamma = 2 x --gp-weight):
     apt              non-saturating loss, approximate R1, lambda = 100 at sigma 0.01
     wgan-gp          the Wasserstein loss with WGAN-GP (the mnist recipe)
 
+Each row is declared (``arms``): the ``TrainConfig`` fields it sets; every other field is the base
+recipe's for (mnist, critic), the dataset's own and never a recipe taken by name
+(``base_fields``). Before any run starts, and again from each run's run.json, the configuration
+the run resolves to must equal that declaration, or the study stops with the fields that differ
+(``UndeclaredConfig``: field, declared, resolved). Each run's record keeps its resolved
+configuration and its commit, and is pooled only with runs of its row declared alike that keep
+theirs (``admit``): a results file from before runs recorded them takes no new runs.
+
 A run collapses (``report.collapsed``) when its final samples cover fewer than 8 of the 10
 classes, or their Fréchet distance is beyond the calibration's one-class row (all samples one
 digit), or it stops on a non-finite value. The C2ST is no criterion here: on MNIST it saturates
@@ -30,6 +38,7 @@ by pixel noise of sigma 0.1 (docs/trainer.md).
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -42,6 +51,10 @@ from typing import Any
 import benchmarks
 from benchmarks import records
 from benchmarks.exactness import curve, report
+from fastgp.train.cli.main import fresh_run
+from fastgp.train.recipes.defaults import recipe
+from fastgp.train.run.config import FLAGS
+from fastgp.train.training.state import TrainConfig
 
 RESULTS = benchmarks.RESULTS / "exactness"
 
@@ -53,31 +66,52 @@ def steptime_file(critic: str) -> pathlib.Path:
 
 SIGMA = 0.01  # APT's for images
 APT_LAMBDA = 100.0  # APT's lambda: R1 with weight lambda sigma^2 = 0.01
-EXACT = ["--gp-kind", "r1"]
-APPROXIMATE = ["--gp-kind", "approximate-r1", "--gp-sigma", f"{SIGMA:g}"]
-# R3GAN, StyleGAN2-ADA and APT take one critic step per generator step.
-RELATIVISTIC = ["--loss", "relativistic", "--gp-at", "real+fake", "--n-critic", "1"]
-NON_SATURATING = ["--loss", "non-saturating", "--n-critic", "1"]
+DATASET = "mnist"
+BACKEND = "xla"  # the CPU's; every run names it, so that no default decides it
+
+
+def arms(weight: float) -> dict[str, dict[str, Any]]:
+    """Each row's declaration: the ``TrainConfig`` fields it sets, in its flags' order; every
+    other field is the base recipe's (``base_fields``). ``weight`` is the relativistic rows' R1
+    weight (gamma / 2). R3GAN, StyleGAN2-ADA and APT take one critic step per generator step."""
+    relativistic = {"loss": "relativistic", "gp_at": "real+fake", "n_critic": 1}
+    non_saturating = {"loss": "non-saturating", "n_critic": 1}
+    exact = {"gp_kind": "r1"}
+    approximate = {"gp_kind": "approximate-r1", "gp_sigma": SIGMA}
+    cosine = {"gp_schedule": "cosine", "gp_weight_final": weight / 10}
+    return {
+        "r3gan": {**relativistic, **exact, "gp_weight": weight, **cosine},
+        "apt-r1r2": {**relativistic, **approximate, "gp_weight": APT_LAMBDA},
+        "eps2-r1r2": {**relativistic, **approximate, "approx_scale": "r1", "gp_weight": weight},
+        "stylegan2-lazy": {
+            **{**non_saturating, **exact, "gp_weight": weight},
+            **{"gp_every": 16, "lazy_adam": True},
+        },
+        "apt": {**non_saturating, **approximate, "gp_weight": APT_LAMBDA},
+        "wgan-gp": {"gp_kind": "wgan-gp"},
+    }
+
+
+def _flag_value(value: Any) -> str:
+    """A field's value as its flag takes it: numbers as short as they parse back exactly."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
+def flags_of(fields: dict[str, Any]) -> list[str]:
+    """The ``fastgp train`` flags that set ``fields`` (a flag without a value for True)."""
+    argv: list[str] = []
+    for field, value in fields.items():
+        flag = FLAGS[field]
+        argv += [flag] if value is True else [flag, _flag_value(value)]
+    return argv
 
 
 def rows(weight: float) -> dict[str, list[str]]:
-    """Each row's flags; ``weight`` is the relativistic rows' R1 weight (gamma / 2)."""
-    cosine = ["--gp-schedule", "cosine", "--gp-weight-final", f"{weight / 10:g}"]
-    return {
-        "r3gan": [*RELATIVISTIC, *EXACT, "--gp-weight", f"{weight:g}", *cosine],
-        "apt-r1r2": [*RELATIVISTIC, *APPROXIMATE, "--gp-weight", f"{APT_LAMBDA:g}"],
-        "eps2-r1r2": [
-            *RELATIVISTIC,
-            *APPROXIMATE,
-            *("--approx-scale", "r1", "--gp-weight", f"{weight:g}"),
-        ],
-        "stylegan2-lazy": [
-            *(*NON_SATURATING, *EXACT, "--gp-weight", f"{weight:g}"),
-            *("--gp-every", "16", "--lazy-adam"),
-        ],
-        "apt": [*NON_SATURATING, *APPROXIMATE, "--gp-weight", f"{APT_LAMBDA:g}"],
-        "wgan-gp": ["--gp-kind", "wgan-gp"],
-    }
+    """Each row's flags (:func:`arms`' fields); ``weight`` is the relativistic rows' R1 weight."""
+    return {row: flags_of(fields) for row, fields in arms(weight).items()}
 
 
 ROWS = tuple(rows(1.0))
@@ -85,24 +119,113 @@ SNAPSHOTS = 8  # checkpoints along a run, the points of its Fréchet curve
 QUALITY = ("c2st_accuracy", "c2st_sigma", "frechet_distance", "frechet_sigma", "classes_covered")
 
 
+def run_fields(critic: str, seed: int, steps: int) -> dict[str, Any]:
+    """The fields every run sets besides its arm's: critic, seed, length and backend."""
+    return {"critic": critic, "seed": seed, "total_steps": steps, "backend": BACKEND}
+
+
+def run_argv(critic: str, arm: dict[str, Any], seed: int, steps: int) -> list[str]:
+    """The ``fastgp train`` flags of one run of ``arm``: dataset, critic, seed, steps, the arm's
+    flags, the backend and the cadence (a checkpoint at each of ``SNAPSHOTS``)."""
+    every = str(max(steps // SNAPSHOTS, 1))
+    argv = ["--dataset", DATASET, "--critic", critic, "--seed", str(seed), "--steps", str(steps)]
+    argv += [*flags_of(arm), "--backend", BACKEND, "--log-every", every]
+    return [*argv, "--eval-every", str(steps), "--checkpoint-every", every]
+
+
+def base_fields(critic: str) -> dict[str, Any]:
+    """The base recipe of (mnist, ``critic``): the dataset's own, never a recipe taken by name
+    (a loss recipe's schedule must not reach an arm that does not declare it)."""
+    return dict(recipe(DATASET, critic).fields)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON reads it back (tuples as lists), so that a record compares equal."""
+    return json.loads(json.dumps(value))
+
+
+def declared_config(critic: str, arm: dict[str, Any], seed: int, steps: int) -> dict[str, Any]:
+    """Every ``TrainConfig`` field of one run as declared: the base recipe's, the run's own
+    fields and the arm's, as a run.json records them."""
+    fields = {**base_fields(critic), **run_fields(critic, seed, steps), **arm}
+    return _plain(dataclasses.asdict(TrainConfig(**fields)))
+
+
+class UndeclaredConfig(ValueError):
+    """A run whose resolved configuration is not its arm's declaration; ``differences`` holds
+    (field, declared, resolved) for each field that differs."""
+
+    def __init__(self, what: str, differences: list[tuple[str, Any, Any]]) -> None:
+        self.differences = differences
+        listed = "; ".join(f"{f}: declared {d!r}, resolved {r!r}" for f, d, r in differences)
+        super().__init__(
+            f"{what}: the resolved configuration is not the arm's declaration ({listed}); "
+            "the run is not added"
+        )
+
+
+def differences(declared: dict[str, Any], resolved: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, declared, resolved) for each field where the two configurations differ."""
+    declared, resolved = _plain(declared), _plain(resolved)
+    fields = [*declared, *(f for f in resolved if f not in declared)]
+    return [
+        (f, declared.get(f), resolved.get(f)) for f in fields if declared.get(f) != resolved.get(f)
+    ]
+
+
+def check_declared(
+    what: str, critic: str, arm: dict[str, Any], seed: int, steps: int, run: dict[str, Any]
+) -> None:
+    """Raise UndeclaredConfig unless ``run`` (a run.json: dataset and config) is the run of
+    ``arm`` declared: mnist, and every field the base recipe's, the run's or the arm's."""
+    declared = {"dataset": DATASET, **declared_config(critic, arm, seed, steps)}
+    found = differences(declared, {"dataset": run.get("dataset"), **run["config"]})
+    if found:
+        raise UndeclaredConfig(what, found)
+
+
+def resolved_run(argv: list[str]) -> dict[str, Any]:
+    """What ``fastgp train ARGV`` resolves to on a fresh --out, as its run.json records it."""
+    dataset, config = fresh_run(argv)
+    return {"dataset": dataset, "config": _plain(dataclasses.asdict(config))}
+
+
+def admit(result: dict[str, Any], run: dict[str, Any]) -> None:
+    """Refuse (ValueError) to pool ``run`` with the results' earlier runs of its row unless
+    they carry their resolved configuration and were declared alike."""
+    for earlier in result["runs"]:
+        if "config" not in earlier:
+            raise ValueError(
+                "the results hold runs recorded without their resolved configuration (before "
+                "runs recorded it); new runs are not pooled with them: give --name a new file"
+            )
+        if earlier["row"] == run["row"] and earlier["arm"] != run["arm"]:
+            raise ValueError(
+                f"{run['row']}: the results' earlier runs of this row were declared "
+                f"{earlier['arm']}, this one {run['arm']} (another --weight?); give --name a "
+                "new file"
+            )
+
+
 def run_one(
     critic: str,
     row: str,
-    flags: list[str],
+    arm: dict[str, Any],
     seed: int,
     seconds_per_step: float,
     budget: float,
     keep: Any,
     tag: str,
 ) -> dict[str, Any]:
-    """One run of ``budget / seconds_per_step`` steps: its flags, final quality and its Fréchet
-    distance on the study's clock; with ``keep`` its outputs stay in
+    """One run of ``budget / seconds_per_step`` steps: its flags, resolved configuration,
+    commit, final quality and its Fréchet distance on the study's clock; UndeclaredConfig
+    where what it trained is not ``arm``'s declaration. With ``keep`` its outputs stay in
     ``keep/<tag>-<row>-<seed>``."""
     steps = max(int(budget / seconds_per_step), SNAPSHOTS)
-    argv = ["--dataset", "mnist", "--critic", critic, "--seed", str(seed), "--steps", str(steps)]
-    argv += [*flags, "--log-every", str(max(steps // SNAPSHOTS, 1)), "--eval-every", str(steps)]
-    argv += ["--checkpoint-every", str(max(steps // SNAPSHOTS, 1))]
+    argv = run_argv(critic, arm, seed, steps)
+    what = f"{row}, seed {seed}, {critic} critic"
     run: dict[str, Any] = {"row": row, "critic": critic, "seed": seed, "flags": argv}
+    run["arm"] = _plain(arm)
     with tempfile.TemporaryDirectory() as scratch:
         out = pathlib.Path(keep) / f"{tag}-{row}-{seed}" if keep else pathlib.Path(scratch)
         fastgp = str(pathlib.Path(sys.executable).with_name("fastgp"))
@@ -111,6 +234,12 @@ def run_one(
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         curve.Snapshots(out / "run" / "checkpoints", out / "snapshots").follow_until(proc)
         stderr = proc.communicate()[1].decode()[-2000:]
+        if not (out / "run" / "run.json").exists():
+            raise RuntimeError(f"{what} did not start (exit {proc.returncode}): {stderr}")
+        recorded = json.loads((out / "run" / "run.json").read_text())
+        check_declared(what, critic, arm, seed, steps, recorded)
+        (code,) = recorded["code"]  # one invocation: a fresh --out
+        run.update(config=recorded["config"], commit=code["commit"], dirty=code["dirty"])
         if proc.returncode != 0:
             return {**run, "failed": f"exit {proc.returncode}: {stderr}"}
         summary = json.loads((out / "run" / "summary.json").read_text())
@@ -140,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     out = RESULTS / (args.name or f"study_{args.critic}")
     invocation = sys.argv[1:] if argv is None else list(argv)
     result = records.runs(out, invocation, args.append)
-    flags = rows(args.weight)
+    del result["commit"]  # each run records its own
+    declared = arms(args.weight)
     clock = {
         r["row"]: r["s_per_step"]
         for r in json.loads(steptime_file(args.critic).read_text())["runs"]
@@ -149,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:
         shift = seed % len(args.rows)
         jobs += [(row, seed) for row in args.rows[shift:] + args.rows[:shift]]
+    for row, seed in jobs:  # before any run: each is what its arm declares
+        steps = max(int(args.budget / clock[row]), SNAPSHOTS)
+        flags = run_argv(args.critic, declared[row], seed, steps)
+        admit(result, {"row": row, "arm": _plain(declared[row])})
+        check_declared(row, args.critic, declared[row], seed, steps, resolved_run(flags))
     page = report.markdown
     with ThreadPoolExecutor(args.parallel) as pool:
         futures = [
@@ -156,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_one,
                 args.critic,
                 row,
-                flags[row],
+                declared[row],
                 seed,
                 clock[row],
                 args.budget,
@@ -166,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
             for row, seed in jobs
         ]
         for future in futures:
-            records.add_run(out, result, {**future.result(), "budget_s": args.budget}, page)
+            run = {**future.result(), "budget_s": args.budget}
+            admit(result, run)
+            records.add_run(out, result, run, page)
             report.figure(result, out.with_suffix(".png"))
     return 0
 

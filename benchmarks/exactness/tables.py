@@ -11,7 +11,7 @@ figures from benchmarks/results/exactness/ (and the check's from training/check_
 import json
 import pathlib
 
-from benchmarks.exactness.report import mean_sd, summarize, summary_table
+from benchmarks.exactness.report import by_row, mean_sd, summarize, summary_table
 from benchmarks.tables import markdown_table
 
 DASH = "\N{EN DASH}"
@@ -102,13 +102,13 @@ def headline(results):
     """README's sentence: each exact and approximate row's final Fréchet distance over its
     seeds (mean ± sd), WGAN-GP's beside them, the approximation at the exact weight's collapses,
     and the exact step's flops over the approximate one's on v5e."""
-    by_row = {s["row"]: s for s in summarize(_load(results, "exactness/study_vit.json"))}
-    fd = lambda row: mean_sd(by_row[row]["frechet"], "{:.0f}")
-    seeds = max(len(s["frechet"]) for s in by_row.values())
+    rows = by_row(summarize(_load(results, "exactness/study_vit.json")))
+    fd = lambda row: mean_sd(rows[row]["frechet"], "{:.0f}")
+    seeds = max(len(s["frechet"]) for s in rows.values())
     steps = _load(results, "exactness/compiled.json")["rows"]
     flops = {(r["row"], r["tokens"]): r["step"]["flops"] for r in steps if "step" in r}
     ratios = [flops[("r3gan", t)] / flops[("apt-r1r2", t)] for t in (49, 196)]
-    eps2 = by_row["eps2-r1r2"]
+    eps2 = rows["eps2-r1r2"]
     runs = _load(results, "exactness/study_vit.json")["runs"]
     trained = [
         r["frechet_distance"] for r in runs if r["row"] == "eps2-r1r2" and not r["collapsed"]
@@ -127,11 +127,11 @@ def headline(results):
 
 def _conv_rows(results):
     """The conv critic's lead rows: collapses and Fréchet distance (mean ± sd) over seeds."""
-    by_row = {s["row"]: s for s in summarize(_load(results, "exactness/study_conv.json"))}
-    seeds = max(s["runs"] for s in by_row.values())
+    rows = by_row(summarize(_load(results, "exactness/study_conv.json")))
+    seeds = max(s["runs"] for s in rows.values())
 
     def row(name, label):
-        s = by_row[name]
+        s = rows[name]
         return (
             f"{label} collapsed in {s['collapsed']} of {s['runs']} "
             f"(Fréchet {mean_sd(s['frechet'], '{:.0f}')})"

@@ -2,8 +2,10 @@
 gets one line naming the flag (exit 2), and a relativistic R1 + R2 run with a cosine schedule
 checkpoints and resumes to the uninterrupted run's parameters."""
 
+import dataclasses
 import importlib.util
 import json
+import subprocess
 
 import pytest
 import test_cli
@@ -86,25 +88,39 @@ def test_relativistic_run_with_a_weight_schedule_resumes_exactly(child_env, tmp_
     test_cli.fastgp(child_env, "train", *flags, "--out", str(whole))
     test_cli.fastgp(child_env, "train", *flags, "--out", str(parts), "--stop-at", "4")
     test_cli.fastgp(child_env, "train", "--resume", "--out", str(parts), "--no-progress")
-    run = json.loads((parts / "run.json").read_text())["config"]
-    assert run["loss"] == "relativistic" and run["gp_at"] == "real+fake"
-    assert run["gp_schedule"] == "cosine" and run["gp_weight_final"] == 0.05
+    run = json.loads((parts / "run.json").read_text())
+    config = run["config"]
+    assert config["loss"] == "relativistic" and config["gp_at"] == "real+fake"
+    assert config["gp_schedule"] == "cosine" and config["gp_weight_final"] == 0.05
+    # Every field resolved, the dataset, no recipe by name, and each invocation's code.
+    assert set(config) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert TrainConfig(**{**config, "betas": tuple(config["betas"])}).total_steps == 8
+    assert run["dataset"] == "8gaussians" and run["recipe"] is None
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=test_cli.ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    assert [c["from_step"] for c in run["code"]] == [0, 4]
+    assert all(c["commit"] == (head or "unknown") for c in run["code"])
     test_cli.assert_same_state(_params(whole, 8), _params(parts, 8))
 
 
-def test_relativistic_on_mnist_trains_r3gan_recipe_and_flags_still_win():
-    """``--loss relativistic`` on MNIST with the ViT critic: R3GAN's recipe (exact R1 + R2,
-    gamma 2 on a cosine schedule to a tenth, one critic step); a flag given beside it replaces its
-    field; the Wasserstein loss, and the conv critic, keep the dataset's own recipe."""
-    from fastgp.train.cli.main import _overrides
-    from fastgp.train.cli.parser import build_parser
+def _mnist_config(*flags):
+    """The TrainConfig ``fastgp train --dataset mnist FLAGS`` trains in a fresh --out."""
+    from fastgp.train.cli.main import fresh_run
+
+    dataset, config = fresh_run(["--dataset", "mnist", *flags])
+    assert dataset == "mnist"
+    return config
+
+
+def test_r3gan_is_taken_by_name_and_flags_set_their_own_field_only():
+    """``--recipe r3gan`` with the ViT critic trains R3GAN's recipe (exact R1 + R2, gamma 2 on a
+    cosine schedule to a tenth, one critic step, 600 steps); a flag beside it replaces its own
+    field. ``--loss relativistic`` alone sets the loss and nothing else: the ViT recipe's
+    WGAN-GP at the interpolates, 3 critic steps, a constant weight."""
     from fastgp.train.recipes import defaults
 
-    def config(*flags):
-        args = build_parser().parse_args(["train", "--dataset", "mnist", *flags])
-        return defaults.default_config("mnist", **_overrides(args))
-
-    r3gan = config("--critic", "vit", "--loss", "relativistic")
+    r3gan = _mnist_config("--critic", "vit", "--recipe", "r3gan")
     assert (r3gan.loss, r3gan.gp_kind, r3gan.gp_at, r3gan.n_critic) == (
         "relativistic",
         "r1",
@@ -112,18 +128,85 @@ def test_relativistic_on_mnist_trains_r3gan_recipe_and_flags_still_win():
         1,
     )
     assert (r3gan.gp_weight, r3gan.gp_schedule, r3gan.gp_weight_final) == (1.0, "cosine", 0.1)
-    assert r3gan.total_steps == defaults.LOSS_RECIPES["mnist", "vit", "relativistic"].steps
-    mine = config(
-        "--critic",
-        "vit",
-        "--loss",
-        "relativistic",
-        "--gp-kind",
-        "approximate-r1",
-        "--n-critic",
-        "2",
+    assert r3gan.total_steps == 600 and r3gan.critic == "vit"
+    mine = _mnist_config(
+        "--critic", "vit", "--recipe", "r3gan", "--gp-kind", "approximate-r1", "--n-critic", "2"
     )
     assert (mine.gp_kind, mine.n_critic, mine.gp_at) == ("approximate-r1", 2, "real+fake")
-    for flags in [("--critic", "vit"), ("--critic", "conv", "--loss", "relativistic")]:
-        own = config(*flags)
-        assert (own.gp_kind, own.n_critic, own.gp_at) == ("wgan-gp", 3, None)
+    assert (mine.gp_schedule, mine.gp_weight_final) == ("cosine", 0.1)  # named, so taken
+    vit = {**defaults.MNIST_VIT.fields, "total_steps": 600, "backend": "xla"}
+    for flags in [
+        ("--critic", "vit", "--loss", "relativistic"),
+        ("--critic", "vit", "--loss", "relativistic", "--gp-kind", "approximate-r1"),
+    ]:
+        own = _mnist_config(*flags)
+        given = {
+            "loss": "relativistic",
+            **({"gp_kind": "approximate-r1"} if len(flags) > 4 else {}),
+        }
+        assert own == TrainConfig(**{**vit, **given})
+        assert (own.gp_schedule, own.gp_weight_final, own.n_critic) == ("constant", None, 3)
+    conv = _mnist_config("--loss", "relativistic")
+    assert conv == TrainConfig(
+        **{**defaults.MNIST.fields, "total_steps": 1200, "backend": "xla", "loss": "relativistic"}
+    )
+
+
+def test_a_loss_on_a_recipe_tuned_for_another_says_which_recipe_trains_it(capsys, tmp_path):
+    """``--loss relativistic`` on the ViT recipe trains that loss on the WGAN-GP recipe, and the
+    run says so with the recipe's name; with --recipe, or where no recipe trains the loss,
+    nothing is said."""
+    from fastgp.train.recipes.defaults import recipe_hint
+    from fastgp.train.run.checkpoints import Checkpoints
+    from fastgp.train.run.config import resolve
+    from fastgp.train.run.options import RunOptions
+
+    line = recipe_hint("mnist", "vit", "relativistic")
+    assert line is not None and "--loss relativistic replaces only the loss" in line
+    assert "--recipe r3gan" in line
+    assert recipe_hint("mnist", "vit", "wasserstein") is None
+    assert recipe_hint("mnist", "conv", "relativistic") is None
+    assert recipe_hint("8gaussians", "conv", "non-saturating") is None
+    checkpoints = Checkpoints(tmp_path / "checkpoints")
+    flags = {"critic": "vit", "loss": "relativistic"}
+    for recipe, said in ((None, f"fastgp train: {line}\n"), ("r3gan", "")):
+        options = RunOptions(dataset="mnist", recipe=recipe, out=tmp_path)
+        resolve(options, flags, checkpoints)
+        assert capsys.readouterr().err == said
+    checkpoints.close()
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--dataset", "mnist", "--recipe", "r3gan"], "no recipe 'r3gan' for mnist with the conv"),
+        (["--recipe", "r3gan"], "it is a recipe of --dataset mnist --critic vit"),
+        (["--dataset", "mnist", "--recipe", "stylegan"], "invalid choice: 'stylegan'"),
+    ],
+)
+def test_a_recipe_name_without_a_recipe_there_is_named_before_anything_runs(
+    argv, message, capsys, tmp_path
+):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", *argv, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "argument --recipe: " in err and message in err, err
+
+
+def test_a_resumed_run_keeps_its_recipe_and_refuses_another():
+    from fastgp.train.recipes.defaults import default_config
+    from fastgp.train.run.config import Resumed, _continued
+    from fastgp.train.run.options import RunError, RunOptions
+
+    config = default_config("mnist", "r3gan", critic="vit")
+    meta = {
+        "dataset": "mnist",
+        "recipe": "r3gan",
+        "config": json.loads(json.dumps(config.__dict__)),
+    }
+    resumed = Resumed(10, meta, None)
+    options = RunOptions(out="runs/x", resume=True, recipe="r3gan")
+    assert _continued(options, {}, resumed)[1] == config
+    older = Resumed(10, {**meta, "recipe": None}, None)
+    with pytest.raises(RunError, match="--recipe r3gan contradicts the checkpoint"):
+        _continued(options, {}, older)

@@ -249,6 +249,6 @@ def test_train_help_lists_the_critic_flag(capsys, monkeypatch):
     text = capsys.readouterr().out
     assert "--critic {conv,vit}" in text and "(default: conv)" in text
     # the usage line, the option, and the helps that name the critic they shape: --vit-patch's and
-    # --loss's (its recipe for the ViT on mnist)
+    # --recipe's (R3GAN's recipe is the ViT's on mnist)
     assert text.count("--critic") == 4
-    assert "patch side of --critic vit" in text and "on mnist with --critic vit" in text
+    assert "patch side of --critic vit" in text and "r3gan: --dataset mnist --critic vit" in text

@@ -37,6 +37,7 @@ from fastgp.train.cli.launcher import (
 from fastgp.train.cli.parser import CHECK_OPTIONS, FUSED, build_parser
 from fastgp.train.recipes.defaults import recipe, vit_shape
 from fastgp.train.run import check
+from fastgp.train.training.state import TrainConfig
 
 # --- dispatch ------------------------------------------------------------------------------------
 
@@ -73,6 +74,18 @@ def critic_problem(args: argparse.Namespace) -> str | None:
     dataset = args.dataset or "8gaussians"  # train's default, as in _out
     try:
         recipe(dataset, args.critic or "conv")
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def recipe_problem(args: argparse.Namespace) -> str | None:
+    """Why --recipe has no recipe for --dataset and --critic, or None."""
+    name = getattr(args, "recipe", None)
+    if name is None or (args.resume and args.dataset is None):
+        return None  # resumed: the checkpoint's dataset, and its recipe is compared there
+    try:
+        recipe(args.dataset or "8gaussians", args.critic or "conv", name)
     except ValueError as err:
         return str(err)
     return None
@@ -145,6 +158,9 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     problem = critic_problem(args)
     if problem:
         sub.error(f"argument --critic: {problem}")
+    problem = recipe_problem(args)
+    if problem:
+        sub.error(f"argument --recipe: {problem}")
     problem = patch_problem(args)
     if problem:
         sub.error(f"argument --vit-patch: {problem}")
@@ -218,6 +234,7 @@ def _run_options(args: argparse.Namespace, out: str) -> Any:
 
     return RunOptions(
         dataset=args.dataset,
+        recipe=args.recipe,
         out=out,
         log_every=args.log_every,
         checkpoint_every=args.checkpoint_every,
@@ -229,6 +246,16 @@ def _run_options(args: argparse.Namespace, out: str) -> Any:
         devices=None if args.devices is None else args.devices * args.processes,
         fused=FUSED[args.fused],
     )
+
+
+def fresh_run(argv: Sequence[str]) -> tuple[str, TrainConfig]:
+    """(dataset, TrainConfig) that ``fastgp train ARGV`` trains in a fresh --out: its recipe and
+    flags resolved as the command resolves them (``fastgp.train.run.config.fresh``); a bad
+    flag exits as the command does, a run it cannot train is a RunError."""
+    from fastgp.train.run.config import fresh
+
+    args = build_parser().parse_args(["train", *argv])
+    return fresh(_run_options(args, _out(args)), _overrides(args))
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -313,4 +340,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return {"train": _train, "check": _check}[args.command](args)
 
 
-__all__ = ["backend_problem", "critic_problem", "dataset_problem", "main", "patch_problem"]
+__all__ = [
+    "backend_problem",
+    "critic_problem",
+    "dataset_problem",
+    "fresh_run",
+    "main",
+    "patch_problem",
+    "recipe_problem",
+]

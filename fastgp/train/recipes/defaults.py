@@ -1,8 +1,9 @@
 """Default training recipes per dataset: the config, the networks and the real-data sampler.
 
     RECIPES[dataset]                      -> Recipe(fields, steps, width)
-    recipe(dataset, critic="conv", loss=None) -> the Recipe of ``dataset`` with that critic, loss
-    default_config(dataset, **overrides)  -> TrainConfig   (the tuned recipe of ``dataset``)
+    recipe(dataset, critic="conv", name=None) -> the Recipe of ``dataset`` with that critic, or
+                                             the one of NAMED_RECIPES called ``name``
+    default_config(dataset, recipe_name=None, **overrides) -> TrainConfig
     default_steps(dataset, critic="conv") -> generator iterations of a default run
     build_problem(dataset, config)        -> Problem(generator, critic, sample_real, image)
 
@@ -13,7 +14,9 @@ steps and the lazy penalty), ``DIGITS`` (the 8x8 conv pair of ``fastgp.train.mod
 ``fastgp.train.data.quality`` against the other half) and ``MNIST`` (the same for the 28x28
 MNIST digits of ``load_mnist``). ``critic="vit"`` (``--critic vit``) trains an image dataset's
 conv generator against the ViT critic of ``fastgp.train.models.networks`` shaped by
-``VIT_SHAPES[dataset]``, with the recipe ``DIGITS_VIT`` or ``MNIST_VIT``. How the digits and toy
+``VIT_SHAPES[dataset]``, with the recipe ``DIGITS_VIT`` or ``MNIST_VIT``. A recipe trained with
+another loss, R3GAN's, is taken by its name only (``NAMED_RECIPES``, ``--recipe``): a flag sets
+its own field and nothing else, so no loss brings in a recipe's schedule. How the digits and toy
 recipes were chosen and what they score: docs/trainer.md. The MNIST ones are first choices, not
 yet swept: the digits recipe's batch, critic steps, betas (0.5, 0.9) and penalty weight 10 (the
 WGAN-GP paper's), half its step size (larger networks; the paper's MNIST run takes 1e-4), a
@@ -108,11 +111,10 @@ def _r3gan(base: Recipe, steps: int) -> Recipe:
     return Recipe(fields, steps, base.width)
 
 
-# (dataset, critic, loss) -> recipe, where a loss trains otherwise than the dataset's recipe: on
-# MNIST with the ViT critic the relativistic loss takes the study's lead row (docs/performance.md,
-# "What exactness buys"; docs/trainer.md: the default run's time and quality, and why the conv
-# critic keeps its own recipe).
-LOSS_RECIPES = {("mnist", "vit", "relativistic"): _r3gan(MNIST_VIT, steps=600)}
+# (dataset, critic, name) -> a recipe taken by name (``--recipe``) in place of the dataset's own:
+# on MNIST with the ViT critic, R3GAN's (docs/trainer.md: its default run's time and quality).
+NAMED_RECIPES = {("mnist", "vit", "r3gan"): _r3gan(MNIST_VIT, steps=600)}
+RECIPE_NAMES = tuple(sorted({name for _, _, name in NAMED_RECIPES}))
 
 
 class Problem(NamedTuple):
@@ -130,24 +132,49 @@ def _check(dataset: str) -> None:
         raise ValueError(f"unknown dataset {dataset!r}; valid names: {', '.join(RECIPES)}")
 
 
-def recipe(dataset: str, critic: str = "conv", loss: str | None = None) -> Recipe:
-    """The recipe of ``dataset`` with ``critic`` ("conv": the dataset's own networks) and ``loss``
-    (None: the dataset's own, the Wasserstein loss); ValueError for an unknown name or a critic
-    the dataset cannot take (the ViT takes images only)."""
+def recipe(dataset: str, critic: str = "conv", name: str | None = None) -> Recipe:
+    """The recipe of ``dataset`` with ``critic`` ("conv": the dataset's own networks), or the one
+    of :data:`NAMED_RECIPES` called ``name`` for them; ValueError for an unknown name, a critic
+    the dataset cannot take (the ViT takes images only) or a name without a recipe there."""
     _check(dataset)
-    if loss is not None and (dataset, critic, loss) in LOSS_RECIPES:
-        return LOSS_RECIPES[dataset, critic, loss]
     if critic not in CRITICS:
         raise ValueError(f"unknown critic {critic!r}; valid: {', '.join(CRITICS)}")
-    if critic == "conv":
-        return RECIPES[dataset]
-    if (dataset, critic) not in CRITIC_RECIPES:
+    if critic != "conv" and (dataset, critic) not in CRITIC_RECIPES:
         images = sorted({d for d, c in CRITIC_RECIPES if c == critic})
         raise ValueError(
             f"the {critic} critic takes images and {dataset} is 2-D points; use it with "
             f"--dataset {' or '.join(images)}"
         )
-    return CRITIC_RECIPES[dataset, critic]
+    if name is not None:
+        return _named(dataset, critic, name)
+    return RECIPES[dataset] if critic == "conv" else CRITIC_RECIPES[dataset, critic]
+
+
+def _named(dataset: str, critic: str, name: str) -> Recipe:
+    """The recipe called ``name`` for ``dataset`` and ``critic``; ValueError naming where the
+    name has one, when not here."""
+    if (dataset, critic, name) in NAMED_RECIPES:
+        return NAMED_RECIPES[dataset, critic, name]
+    where = [f"--dataset {d} --critic {c}" for d, c, n in NAMED_RECIPES if n == name]
+    raise ValueError(
+        f"no recipe {name!r} for {dataset} with the {critic} critic"
+        + (f"; it is a recipe of {' and of '.join(where)}" if where else "")
+        + f"; recipes by name: {', '.join(RECIPE_NAMES)}"
+    )
+
+
+def recipe_hint(dataset: str, critic: str, loss: str) -> str | None:
+    """A line for a run that sets ``loss`` on the dataset's own recipe where a named recipe
+    trains that loss: that ``--loss`` changes the loss alone, and the recipe's name; else None."""
+    own = recipe(dataset, critic).fields.get("loss", "wasserstein")
+    names = [n for (d, c, n), r in NAMED_RECIPES.items() if (d, c) == (dataset, critic)]
+    named = [n for n in names if NAMED_RECIPES[dataset, critic, n].fields.get("loss") == loss]
+    if loss == own or not named:
+        return None
+    return (
+        f"--loss {loss} replaces only the loss of the {dataset} recipe with the {critic} critic "
+        f"(tuned for the {own} loss); --recipe {named[0]} trains the whole recipe of that loss"
+    )
 
 
 def default_steps(dataset: str, critic: str = "conv") -> int:
@@ -155,13 +182,14 @@ def default_steps(dataset: str, critic: str = "conv") -> int:
     return recipe(dataset, critic).steps
 
 
-def default_config(dataset: str, **overrides: Any) -> TrainConfig:
-    """The recipe's ``TrainConfig`` for ``dataset`` (with the critic ``overrides["critic"]``,
-    default "conv"); ``overrides`` replace fields (None: keep).
+def default_config(dataset: str, recipe_name: str | None = None, **overrides: Any) -> TrainConfig:
+    """The ``TrainConfig`` of ``dataset``'s recipe (with the critic ``overrides["critic"]``,
+    default "conv"), or of the recipe called ``recipe_name``; ``overrides`` replace fields
+    (None: keep), each its own field only.
 
-    ``total_steps`` defaults to :func:`default_steps`.
+    ``total_steps`` defaults to the recipe's steps.
     """
-    chosen = recipe(dataset, overrides.get("critic") or "conv", overrides.get("loss"))
+    chosen = recipe(dataset, overrides.get("critic") or "conv", recipe_name)
     fields = dict(chosen.fields, total_steps=chosen.steps)
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return TrainConfig(**fields)
@@ -226,11 +254,12 @@ __all__ = [
     "DIGITS_VIT",
     "GRID",
     "IMAGES",
-    "LOSS_RECIPES",
     "MNIST",
     "MNIST_VIT",
+    "NAMED_RECIPES",
     "Problem",
     "RECIPES",
+    "RECIPE_NAMES",
     "Recipe",
     "TOY",
     "VIT",
@@ -240,6 +269,7 @@ __all__ = [
     "default_config",
     "default_steps",
     "recipe",
+    "recipe_hint",
     "toy_networks",
     "vit_shape",
 ]

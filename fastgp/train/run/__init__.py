@@ -7,7 +7,7 @@
     penalty_tuning.py  --second-order auto: the run's critic loss handed to fastgp.autotune
     evaluation.py      the run's Evaluator: the dataset's quality metric, logged and plotted
     checkpoints.py     orbax checkpoints of a whole run, with digests of their files
-    outputs.py         metrics.jsonl, samples.npy, summary.json, run.json
+    outputs.py         metrics.jsonl, samples.npy, summary.json, run.json (and its code's commit)
     figures.py         figure.png
     progress.py        the live progress bar
     signals.py         SIGTERM and SIGINT: stop at the next chunk end

@@ -1,13 +1,14 @@
 """Which run an invocation of ``fastgp train`` is: a fresh recipe, or the checkpoint's run.
 
     dataset, config, resumed = resolve(options, overrides, checkpoints, primary=True)
+    dataset, config = fresh(options, overrides)     # what a fresh run with these flags trains
 
 ``overrides`` maps TrainConfig fields to values given on the command line; the rest come from
-``fastgp.train.recipes.defaults`` (fresh run, ``resumed`` None) or from the newest intact checkpoint
-in --out (``options.resume``; a flag that contradicts it is a RunError naming the flag, but
-:data:`CHANGEABLE_ON_RESUME` fields may change). Damaged newer checkpoints are reported and (process
-0) moved to ``out/DAMAGED``. Every error is a ``RunError`` naming the flags it comes from
-(:data:`FLAGS`).
+``fastgp.train.recipes.defaults`` (fresh run, ``resumed`` None: the dataset's recipe, or the one
+``--recipe`` names) or from the newest intact checkpoint in --out (``options.resume``; a flag that
+contradicts it is a RunError naming the flag, but :data:`CHANGEABLE_ON_RESUME` fields may
+change). Damaged newer checkpoints are reported and (process 0) moved to ``out/DAMAGED``. Every
+error is a ``RunError`` naming the flags it comes from (:data:`FLAGS`).
 """
 
 import dataclasses
@@ -17,7 +18,7 @@ from typing import Any
 
 import jax
 
-from fastgp.train.recipes.defaults import build_problem, default_config
+from fastgp.train.recipes.defaults import build_problem, default_config, recipe_hint
 from fastgp.train.run.checkpoints import CheckpointDamaged, Checkpoints, reason
 from fastgp.train.run.options import DEFAULT_DATASET, RunError, RunOptions, warn
 from fastgp.train.training.state import ConfigError, TrainConfig, init_state
@@ -167,16 +168,21 @@ def resolve(
                 f"--resume: there is no checkpoint in {checkpoints.directory} to "
                 f"continue from; check --out, or drop --resume to start a new run"
             )
-        return _fresh(options, overrides)
+        dataset, config = fresh(options, overrides)
+        hint = options.recipe is None and "loss" in overrides
+        if primary and hint and (line := recipe_hint(dataset, config.critic, config.loss)):
+            warn(line)
+        return dataset, config, None
     return _continued(options, overrides, _newest_intact(checkpoints, out, primary))
 
 
-def _fresh(options: RunOptions, overrides: dict[str, Any]) -> tuple[str, TrainConfig, None]:
-    """A new run: the dataset's recipe (``default_backend`` unless --backend) with the flags."""
+def fresh(options: RunOptions, overrides: dict[str, Any]) -> tuple[str, TrainConfig]:
+    """(dataset, TrainConfig) of a new run: the dataset's recipe, or the one ``--recipe`` names,
+    with each flag's field (``default_backend`` unless --backend)."""
     dataset = options.dataset or DEFAULT_DATASET
     overrides = {"backend": default_backend(), **overrides}
     try:
-        return dataset, default_config(dataset, **overrides), None
+        return dataset, default_config(dataset, options.recipe, **overrides)
     except ConfigError as err:
         raise _flag_error(err, overrides) from None
     except ValueError as err:
@@ -194,6 +200,12 @@ def _continued(
             f"--dataset {options.dataset} contradicts the checkpoint in "
             f"{options.out} (dataset {meta['dataset']}); drop --dataset or choose "
             f"another --out"
+        )
+    if options.recipe not in (None, meta.get("recipe")):
+        stored = meta.get("recipe") or "the dataset's own"
+        raise RunError(
+            f"--recipe {options.recipe} contradicts the checkpoint in {options.out} (recipe "
+            f"{stored}); drop --recipe to resume"
         )
     # A field an older checkpoint does not record (critic) has the value it trained with: the
     # default.
@@ -219,5 +231,6 @@ __all__ = [
     "FLAGS",
     "Resumed",
     "default_backend",
+    "fresh",
     "resolve",
 ]

@@ -37,6 +37,9 @@ class RunOptions:
     """Per-invocation settings (not part of the checkpointed config)."""
 
     dataset: str | None = None  # None: the default, or the checkpoint's when resuming
+    # A recipe taken by name (``fastgp.train.recipes.defaults.NAMED_RECIPES``); None: the
+    # dataset's own, or the checkpoint's when resuming
+    recipe: str | None = None
     out: Path | str = Path("runs") / DEFAULT_DATASET
     # None: the checkpoint's value when resuming, else CADENCE's
     log_every: int | None = None

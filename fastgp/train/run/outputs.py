@@ -4,20 +4,31 @@
     samples.npy      generator samples in data coordinates at the end, (N, ...) float32
     figure.png       see ``fastgp.train.run.figures``
     summary.json     the final summary line
-    run.json         dataset and TrainConfig of the run
+    run.json         the dataset, the recipe taken by name, every TrainConfig field, the
+                     cadence and each invocation's code (``fastgp.train.run.session``)
     checkpoints/     orbax checkpoints (``fastgp.train.run.checkpoints``)
     checkpoints-damaged/   damaged checkpoints that ``--resume`` skipped
     .fastgp.lock     exists while a run uses the directory (``fastgp.train.run.lock``)
 
 Every JSON file is strict JSON: a non-finite float (a diverged loss) is written as null.
+
+    source_commit() -> {"commit": "<40 hex digits>" or "unknown", "dirty": bool or None}
+
+is the code a run trains with, for run.json: ``git rev-parse HEAD`` of the checkout that holds
+fastgp, and whether its tracked files differ from that commit (``git status --porcelain
+--untracked-files=no``). Outside a checkout of fastgp (an installed wheel, a copy, a package
+inside some other repository that does not track it) or without git: "unknown" and None.
 """
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+import fastgp
 
 METRICS = "metrics.jsonl"
 SAMPLES = "samples.npy"
@@ -25,6 +36,8 @@ FIGURE = "figure.png"
 SUMMARY = "summary.json"
 RUN = "run.json"
 CHECKPOINTS = "checkpoints"
+UNKNOWN = "unknown"  # the commit of code outside a git checkout of fastgp
+GIT_TIMEOUT_S = 10.0
 
 
 def metrics_record(
@@ -139,6 +152,32 @@ def write_json(path: Path | str, value: Any) -> None:
     Path(path).write_text(dumps(value, indent=1) + "\n")
 
 
+def _git(directory: Path, *args: str) -> str | None:
+    """git's stdout in ``directory`` (stripped), or None when git fails or cannot run."""
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=directory, capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def source_commit(package: Path | None = None) -> dict[str, Any]:
+    """The commit and dirtiness of the git checkout that tracks ``package`` (default: fastgp's
+    own directory); "unknown" and None where no checkout tracks it."""
+    package = Path(package or Path(fastgp.__file__).parent).resolve()
+    # A package inside some other repository (a virtualenv in a project) is not tracked there:
+    # only a checkout that tracks the package's own __init__.py is its source.
+    if _git(package, "ls-files", "--error-unmatch", "__init__.py") is None:
+        return {"commit": UNKNOWN, "dirty": None}
+    commit = _git(package, "rev-parse", "HEAD")
+    status = _git(package, "status", "--porcelain", "--untracked-files=no")
+    if commit is None or status is None:
+        return {"commit": UNKNOWN, "dirty": None}
+    return {"commit": commit, "dirty": bool(status)}
+
+
 def write_samples(out: Path, samples: np.ndarray) -> Path:
     path = Path(out) / SAMPLES
     np.save(path, np.asarray(samples, np.float32))
@@ -153,10 +192,12 @@ __all__ = [
     "RUN",
     "SAMPLES",
     "SUMMARY",
+    "UNKNOWN",
     "dumps",
     "metrics_record",
     "out_problem",
     "read_metrics",
+    "source_commit",
     "strict",
     "write_json",
     "write_samples",

@@ -7,7 +7,11 @@
 checkpoint's, else ``CADENCE``), the devices of the mesh (a batch size they do not divide is a
 RunError naming the flag to change), ``--second-order auto`` (``fastgp.train.run.penalty_tuning``),
 the Trainer and its state (fresh or the checkpoint's), and on process 0 opens metrics.jsonl and
-writes run.json. ``fastgp.train.run.loop`` drives the Session from there.
+writes run.json: the dataset, the recipe taken by name (null: the dataset's own), every field of
+the resolved TrainConfig, the cadence and the code of each invocation (``code``: its commit,
+whether the checkout was dirty, the step it started from; ``outputs.source_commit``), kept
+in every checkpoint so that a resumed run lists each. ``fastgp.train.run.loop`` drives the Session
+from there.
 """
 
 import dataclasses
@@ -119,8 +123,10 @@ def setup(options: RunOptions, overrides: dict[str, Any]) -> Session:
     log = _metrics_log(out, it) if primary else None
     run_meta = {
         "dataset": dataset,
+        "recipe": options.recipe if resumed is None else resumed.meta.get("recipe"),
         "config": dataclasses.asdict(config),
         "cadence": {k: getattr(options, k) for k in CADENCE},
+        "code": _code(resumed, it),
     }
     if primary:
         _write_run_json(out, run_meta, len(devices), trainer.fused, tuned)
@@ -143,6 +149,13 @@ def setup(options: RunOptions, overrides: dict[str, Any]) -> Session:
         start=start,
         wall_before=0.0 if resumed is None else float(resumed.meta.get("wall_s", 0.0)),
     )
+
+
+def _code(resumed: Resumed | None, iteration: int) -> list[dict[str, Any]]:
+    """The code of each invocation of the run: the checkpoint's list (older checkpoints hold
+    none), then this one's source from ``iteration``."""
+    before = [] if resumed is None else list(resumed.meta.get("code", []))
+    return [*before, {**outputs.source_commit(), "from_step": iteration}]
 
 
 def _open_checkpoints(out: Path) -> Checkpoints:
