@@ -2,6 +2,8 @@
 at, the reference line (WGAN-GP's and LP's target, 0 for R1 and R2) and the loss curves. The
 expected labels are written out here per kind, placement and loss, not derived from the module."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
@@ -185,7 +187,7 @@ def _captured_figure(monkeypatch, dataset, config, records, tmp_path):
     on ``dataset`` at its initial parameters."""
     problem = build_problem(dataset, config)
     state = init_state(config, problem.generator, problem.critic)
-    captured = {}
+    captured: dict[str, Any] = {}
     monkeypatch.setattr(figures, "plot_run", lambda *args, **kw: captured.update(args=args, kw=kw))
     Evaluator(dataset, config, problem, 64).figure(tmp_path / "figure.png", state, records, "t")
     _path, real, fake, norms, got_records, labels = captured["args"]
@@ -271,5 +273,23 @@ def test_a_2d_approximate_r1_run_marks_zero_and_says_it_logs_no_norms(monkeypatc
         reference = [line for line in curves.get_lines() if line.get_label() == "target 0"]
         assert len(reference) == 1 and list(reference[0].get_ydata()) == [0.0, 0.0]
         assert "generator loss (non-saturating)" in _texts(fig)
+    finally:
+        plt.close(fig)
+
+
+def test_a_wgan_gp_run_draws_its_norms_at_the_interpolates_and_its_target(monkeypatch, tmp_path):
+    """The Wasserstein loss with WGAN-GP at target 2: norms at the interpolates only, the line at
+    2, and the Wasserstein estimate among the curves."""
+    config = default_config("8gaussians", gp_target=2.0)
+    captured, fig = _captured_figure(monkeypatch, "8gaussians", config, _records(), tmp_path)
+    norms = captured[2]
+    try:
+        assert set(norms) == {"interpolates"} and norms["interpolates"].shape == (64,)
+        hist, losses = fig.axes[1], fig.axes[2]
+        assert hist.get_xlabel() == "‖∇D(x)‖ at the interpolates"
+        assert list(hist.get_lines()[0].get_xdata()) == [2.0, 2.0]
+        assert "target 2" in [t.get_text() for t in hist.get_legend().get_texts()]
+        legend = [t.get_text() for t in losses.get_legend().get_texts()]
+        assert legend[1] == f"Wasserstein estimate E D(real) {MINUS} E D(fake)"
     finally:
         plt.close(fig)
