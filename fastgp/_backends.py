@@ -30,6 +30,7 @@ import jax
 import jax.extend
 from jax.experimental.pallas import tpu as pltpu
 
+from fastgp import _pallas_gpu as pallas_gpu
 from fastgp._typing import Backend
 
 Op: TypeAlias = Literal["penalty", "attention"]
@@ -40,6 +41,7 @@ KERNEL_BACKENDS: tuple[Backend, ...] = ("pallas", *INTERPRET_BACKENDS)
 OP_BACKENDS: dict[Op, tuple[Backend, ...]] = {"penalty": BACKENDS, "attention": BACKENDS}
 _CALLER: dict[Op, str] = {"penalty": "fastgp", "attention": "fastgp.attention"}
 _NOT_IN_SHARD_MAP: tuple[Backend, ...] = ("interpret", "gpu-interpret")
+GPU_PLATFORMS = ("cuda", "rocm")
 
 # Per op, the platforms (as :func:`platform` names them) where "auto" is not XLA (figures:
 # docs/performance.md, "What auto runs"). The penalty's kernels do not beat XLA's fused reduction
@@ -69,23 +71,44 @@ def resolve(op: Op, backend: str, kernels_run_here: Callable[[], bool] = lambda:
     """The backend that ``op`` runs for ``backend``: ``"auto"`` resolved here and nowhere else.
 
     ``kernels_run_here()``: whether the op's kernels can run on this call's operands as they are
-    sharded; where they cannot, "auto" runs XLA instead of :data:`AUTO`'s kernels."""
+    sharded; where they cannot, "auto" runs XLA instead of :data:`AUTO`'s kernels. On a GPU whose
+    kernels this JAX cannot run (no Pallas Triton), "auto" runs XLA and says so once
+    (``fastgp._pallas_gpu.note_auto_without_triton``); ``"gpu-interpret"`` there raises a
+    ValueError naming what is missing."""
     backend = check_name(op, backend)
+    if backend == "gpu-interpret" and not pallas_gpu.has_triton():
+        raise ValueError(
+            pallas_gpu.missing_triton(
+                f"{_CALLER[op]}(backend='gpu-interpret'), the GPU kernels in interpret mode,",
+                "backend='interpret' or 'tpu-interpret' (the TPU kernels on CPU), or 'xla'",
+            )
+        )
     if backend != "auto":
         return backend
     chosen = _attention_auto.get() if op == "attention" else None
     if chosen is not None:
         return chosen
-    platform_choice = AUTO[op].get(platform(), "xla")
-    return platform_choice if platform_choice == "xla" or kernels_run_here() else "xla"
+    here = platform()
+    platform_choice = AUTO[op].get(here, "xla")
+    if platform_choice == "xla" or not kernels_run_here():
+        return "xla"
+    if here in GPU_PLATFORMS and not pallas_gpu.gpu_kernels_run(op, traced_device()):
+        pallas_gpu.note_auto_without_triton()
+        return "xla"
+    return platform_choice
 
 
 def platform() -> str:
     """The platform being traced for, named as ``lax.platform_dependent`` names it: "cpu", "tpu",
-    or a GPU by its vendor's stack, "cuda" or "rocm". That of :func:`traced_device`."""
-    name = traced_device().platform
+    or a GPU by its vendor's stack, "cuda" or "rocm". That of :func:`traced_device`; an abstract
+    GPU (``jax.sharding.AbstractDevice``, a lowering from a host with no GPU) has no client to
+    ask, and is named by its kind as JAX's GPU lowerings name it (AMD's "gfx..." is ROCm)."""
+    device = traced_device()
+    name = device.platform
     if name != "gpu":
-        return name
+        return str(name)
+    if isinstance(device, jax.sharding.AbstractDevice):
+        return "rocm" if device.device_kind.startswith(("gfx", "AMD")) else "cuda"
     version = jax.extend.backend.get_backend("gpu").platform_version.lower()
     return "rocm" if "rocm" in version else "cuda"
 
@@ -177,6 +200,7 @@ def blocking(fn: F, backend: str) -> F:
 __all__ = [
     "AUTO",
     "BACKENDS",
+    "GPU_PLATFORMS",
     "INTERPRET_BACKENDS",
     "KERNEL_BACKENDS",
     "OP_BACKENDS",

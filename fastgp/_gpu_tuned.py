@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from fastgp import _backends as backends
-from fastgp.kernels.attention import gpu
+from fastgp.kernels.attention import gpu_tiling
 
 DEFAULT_SMS = 132  # an H100's or H200's, for a lowering that names no GPU
 DEFAULT_PROGRAMS_PER_SM = 4
@@ -28,9 +28,9 @@ class Launch:
     """A Triton attention kernel's largest tile edge (a power of two), warps and stages; by
     default the kernels' own."""
 
-    block: int = gpu.MAX_BLOCK
-    num_warps: int = gpu.NUM_WARPS
-    num_stages: int = gpu.NUM_STAGES
+    block: int = gpu_tiling.MAX_BLOCK
+    num_warps: int = gpu_tiling.NUM_WARPS
+    num_stages: int = gpu_tiling.NUM_STAGES
 
 
 @functools.cache
@@ -59,9 +59,10 @@ def attention_launch(pass_name: str, head_dim: int) -> Launch:
 
 def penalty_programs() -> int:
     """Programs the norm kernel's grid should reach: the traced GPU's multiprocessors (an H100's
-    when it names none) times the tuned programs per multiprocessor."""
+    when it names none) times the tuned programs per multiprocessor. A GPU device counts them in
+    ``core_count``, an abstract one (``jax.sharding.AbstractDevice``) in ``num_cores``."""
     device = _device()
-    sms = getattr(device, "core_count", None) or DEFAULT_SMS
+    sms = getattr(device, "core_count", None) or getattr(device, "num_cores", None) or DEFAULT_SMS
     return int(sms) * int(_settings("penalty").get("programs_per_sm", DEFAULT_PROGRAMS_PER_SM))
 
 

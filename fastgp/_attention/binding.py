@@ -5,7 +5,8 @@ backends: ``"pallas"`` (Mosaic on TPU, Triton on GPU, chosen by the platform the
 lowered for), ``"interpret"`` (the TPU kernels in Pallas interpret mode), ``"tpu-interpret"``
 (``pltpu.InterpretParams``, which also simulates TPU memory) and ``"gpu-interpret"`` (the Triton
 kernels in interpret mode). A ``"pallas"`` program lowered for any other platform fails with a
-ValueError naming the alternatives.
+ValueError naming the alternatives, as does one lowered for CUDA under a JAX without Pallas Triton
+(``fastgp._pallas_gpu``: the Triton kernels are imported on first use).
 
 Both kernel families take the arrays as ``fastgp._attention.padded`` pads them (lengths to the
 TPU blocks in ``Config``). The Triton kernels then walk them in power-of-two tiles that divide
@@ -25,12 +26,13 @@ from jax.experimental import pallas as pl
 
 from fastgp import _backends as backends
 from fastgp import _gpu_tuned as gpu_tuned
+from fastgp import _pallas_gpu as pallas_gpu
 from fastgp._attention import rules, xla
 from fastgp._attention.config import Config
 from fastgp._refusals import refuse_when_lowered
 from fastgp._typing import Backend
 from fastgp.kernels import attention as kernels
-from fastgp.kernels.attention import gpu
+from fastgp.kernels.attention import gpu_tiling
 
 _TPU_KERNELS: dict[str, Callable[..., Any]] = {
     "forward": kernels.flash_forward,
@@ -54,6 +56,10 @@ _OFF_PLATFORM_MESSAGE = (
     "but this program is being lowered for another platform. Use backend='interpret', "
     "'tpu-interpret' or 'gpu-interpret' to run the kernels on CPU, 'xla' for the blockwise jnp "
     "loops, or 'auto'."
+)
+_NO_TRITON_MESSAGE = pallas_gpu.missing_triton(
+    "fastgp.attention(backend='pallas') on a GPU (its kernels are Triton kernels)",
+    "backend='auto' or 'xla' (the blockwise jnp loops)",
 )
 
 
@@ -95,15 +101,18 @@ def _pad_features(x: jax.Array, width: int) -> jax.Array:
 
 
 def _gpu(name: str, config: Config) -> rules.Impl:
-    kernel = gpu.PASSES[name]
+    if config.backend == "pallas" and not pallas_gpu.has_triton():
+        return _refused(name, config, _NO_TRITON_MESSAGE)
+    kernel = pallas_gpu.triton_attention().PASSES[name]
 
     def run(*args: jax.Array) -> tuple[jax.Array, ...]:
         q, v = args[0], args[2]
         d, dv = q.shape[3], v.shape[3]
         width = {d: _gpu_width(d), dv: _gpu_width(dv)}
         operands = [x if x.ndim != 4 else _pad_features(x, width[x.shape[3]]) for x in args]
+        operands[0] = pallas_gpu.deprecation_once(operands[0])
         launch = gpu_tuned.attention_launch(name, max(width.values()))
-        block_q, block_k = gpu.gpu_blocks(q.shape[2], args[1].shape[2], launch.block)
+        block_q, block_k = gpu_tiling.gpu_blocks(q.shape[2], args[1].shape[2], launch.block)
         results = kernel(
             *operands,
             scale=config.scale,
@@ -124,13 +133,13 @@ def _gpu(name: str, config: Config) -> rules.Impl:
     return run
 
 
-def _refused(name: str, config: Config) -> rules.Impl:
-    """The XLA pass, in a program whose lowering raises the off-platform ValueError."""
+def _refused(name: str, config: Config, message: str = _OFF_PLATFORM_MESSAGE) -> rules.Impl:
+    """The XLA pass, in a program whose lowering raises ``ValueError(message)``."""
     xla_pass = xla.PASSES[name]
 
     def run(*args: jax.Array) -> tuple[jax.Array, ...]:
         first, *rest = xla_pass(*args, config=config)
-        return (refuse_when_lowered(first, _OFF_PLATFORM_MESSAGE, "always"), *rest)
+        return (refuse_when_lowered(first, message, "always"), *rest)
 
     return run
 

@@ -12,10 +12,12 @@ that the kernel's operand is a bitcast of the leaf, not a relayout copy:
     any other leaf                  ``row_sumsq`` of its (B, D) reshape, a relayout copy
 
 ``"auto"`` resolves in ``fastgp._backends`` (XLA today). ``"pallas"`` runs the TPU kernels on every
-leaf on TPU and the Triton kernel on CUDA, and fails to lower, with a ValueError naming the
-alternatives, anywhere else. Every kernel backend runs on each device's block of a sharded leaf
-(``fastgp._penalty.sharding``); the TPU kernels tile for ``fastgp._backends.generation``, the
-Triton kernel splits each row to fill the GPU (``fastgp._gpu_tuned.penalty_programs``).
+leaf on TPU and a GPU kernel on CUDA (``fastgp._pallas_gpu.penalty_kernel``: Mosaic GPU where the
+JAX has it and the GPU is Hopper or newer, else Triton), and fails to lower, with a ValueError
+naming the alternatives, anywhere else, and on CUDA where the JAX has neither. ``"gpu-interpret"``
+interprets the Triton kernel. Every kernel backend runs on each device's block of a sharded leaf
+(``fastgp._penalty.sharding``); the TPU kernels tile for ``fastgp._backends.generation``, the GPU
+kernels split each row to fill the GPU (``fastgp._gpu_tuned.penalty_programs``).
 """
 
 import functools
@@ -29,12 +31,12 @@ from jax import lax
 
 from fastgp import _backends as backends
 from fastgp import _gpu_tuned as gpu_tuned
+from fastgp import _pallas_gpu as pallas_gpu
 from fastgp._penalty.sharding import HOST_CALLBACKS, NO_TPU_PARTITIONER, BlockSumsq, per_device
 from fastgp._penalty.xla import xla_sumsq
 from fastgp._refusals import refuse_when_lowered
 from fastgp._typing import Backend
-from fastgp.kernels.penalty import gpu as penalty_gpu
-from fastgp.kernels.penalty import tiling
+from fastgp.kernels.penalty import spans, tiling
 from fastgp.kernels.penalty import tpu as penalty_tpu
 
 # --- Leaf views ---------------------------------------------------------------------------------
@@ -85,14 +87,27 @@ def _tpu_sumsq(backend: Backend) -> BlockSumsq:
 
 
 def _gpu_sumsq(backend: Backend) -> BlockSumsq:
-    interpret = bool(backends.interpret_mode(backend))
+    """The GPU kernel that runs on the traced device (``"gpu-interpret"``: the Triton kernel in
+    interpret mode), chosen when each leaf is traced; where this JAX has none, a stand-in whose
+    lowering raises a ValueError naming what is missing."""
+    interpret = backend == "gpu-interpret"
 
     def sumsq(leaf: jax.Array) -> jax.Array:
-        rows = _as_rows(leaf)
+        kernel = "triton" if interpret else pallas_gpu.penalty_kernel(backends.traced_device())
+        if kernel is None:
+            message = pallas_gpu.missing_triton(
+                f"backend={backend!r} on a GPU where fastgp's Mosaic GPU kernel does not run (it "
+                f"needs Hopper or newer and JAX 0.11 or later)"
+            )
+            return refuse_when_lowered(xla_sumsq(leaf), message, "always")
+        if kernel == "mosaic_gpu":
+            module, rows = pallas_gpu.mosaic_penalty(), _as_rows(leaf)
+        else:
+            module, rows = pallas_gpu.triton_penalty(), pallas_gpu.deprecation_once(_as_rows(leaf))
         batch, features = rows.shape
         programs = gpu_tuned.penalty_programs()
-        split = penalty_gpu.splits(batch, features, rows.dtype.itemsize, programs)
-        return penalty_gpu.row_sumsq(rows, split=split, interpret=interpret)
+        split = spans.splits(batch, features, rows.dtype.itemsize, programs)
+        return module.row_sumsq(rows, split=split, interpret=interpret)
 
     return sumsq
 

@@ -14,6 +14,10 @@ vectors, the key mask (B, Tk) int32. Statistics and accumulators are float32.
 The caller pads: block_q and block_k powers of two >= 16 dividing Tq and Tk (``gpu_blocks``),
 D and Dv powers of two >= 16 (zero features change no score). Verified in Pallas interpret mode;
 ``jax.export(..., platforms=["cuda"])`` lowers them to Triton.
+
+JAX deprecates its Pallas Triton backend (since 0.11) and will remove it: this module imports
+``jax.experimental.pallas.triton``, so fastgp imports it only on first use of a Triton kernel
+(``fastgp._pallas_gpu``); the tiles and the default launch are in ``gpu_tiling``.
 """
 
 import dataclasses
@@ -28,27 +32,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from . import tiles
+from .gpu_tiling import MAX_BLOCK, NUM_STAGES, NUM_WARPS, gpu_blocks
 from .layout import Layout, Static, entry, layout_of, named
 from .tiles import NEG, Tiles, accumulate
 
-MAX_BLOCK = 64
-NUM_WARPS, NUM_STAGES = 4, 2  # the launch when the caller names none
 Arrays = tuple[jax.Array, ...]
-
-
-def gpu_blocks(tq: int, tk: int, max_block: int = MAX_BLOCK) -> tuple[int, int]:
-    """(block_q, block_k): the largest power of two up to ``max_block`` dividing each padded
-    length (ValueError below 16)."""
-
-    def block(length: int) -> int:
-        size = max_block
-        while length % size:
-            size //= 2
-        if size < 16:
-            raise ValueError(f"a GPU attention length must be a multiple of 16, got {length}")
-        return size
-
-    return block(tq), block(tk)
 
 
 # --- Specs, loops and masks -------------------------------------------------------------------

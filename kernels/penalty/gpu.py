@@ -8,11 +8,14 @@ are then summed in float32. Splitting the feature axis fills the device when the
 spans adds the row axis, as in JAX's own GPU layer norm. Any D >= 1 works without padding. GPU
 arrays are row-major, so the (B, D) view of a (B, ...) leaf is free.
 
-``splits(batch, features, itemsize, programs)`` picks the chunk and the spans for a device that
-runs ``programs`` programs at once; the caller passes them in.
+``splits(batch, features, itemsize, programs)`` (``spans``, re-exported here) picks the chunk and
+the spans for a device that runs ``programs`` programs at once; the caller passes them in.
+
+JAX deprecates its Pallas Triton backend (since 0.11) and will remove it: this module imports
+``jax.experimental.pallas.triton``, so fastgp imports it only on first use of a Triton kernel
+(``fastgp._pallas_gpu``).
 """
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -22,31 +25,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-MAX_CHUNK = 4096
-
-
-@dataclasses.dataclass(frozen=True)
-class Split:
-    """``chunk`` features a loop step, ``chunks`` steps a program, ``spans`` programs a row."""
-
-    chunk: int
-    chunks: int
-    spans: int
-
-
-def _chunk(features: int, itemsize: int) -> int:
-    """Power-of-two chunk: the whole row up to 64 KiB of input, within [128, 4096] elements."""
-    return min(max(pl.next_power_of_2(min(features, 65536 // itemsize)), 128), MAX_CHUNK)
-
-
-def splits(batch: int, features: int, itemsize: int, programs: int) -> Split:
-    """The chunk, and as many spans a row (each whole chunks) as bring the grid to at least
-    ``programs`` programs, where the row has chunks for them."""
-    chunk = _chunk(features, itemsize)
-    row_chunks = pl.cdiv(features, chunk)
-    wanted = min(row_chunks, max(1, pl.cdiv(programs, batch)))
-    chunks = row_chunks // wanted  # at most: at least ``wanted`` spans
-    return Split(chunk, chunks, pl.cdiv(row_chunks, chunks))
+from .spans import MAX_CHUNK, Split, splits
 
 
 def _num_warps(chunk: int) -> int:
@@ -85,3 +64,6 @@ def row_sumsq(g: jax.Array, *, split: Split | None = None, interpret: bool = Fal
         name="fastgp_row_sumsq",
     )
     return jax.vmap(call)(g).sum(axis=1)
+
+
+__all__ = ["MAX_CHUNK", "Split", "row_sumsq", "splits"]

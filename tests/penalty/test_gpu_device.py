@@ -1,24 +1,45 @@
-"""On a CUDA device only: the GPU kernel runs natively and matches float64 and the naive path."""
+"""On a CUDA device only: the GPU kernels (Triton, and Mosaic GPU where the JAX and the GPU run
+it) run natively and match float64; the penalty through the GPU kernel matches the naive path."""
+
+import importlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fastgp import _gpu_tuned as gpu_tuned
+from fastgp import _pallas_gpu as pallas_gpu
 from fastgp import penalty
 from fastgp._penalty import reference
-from fastgp.kernels.penalty import gpu as penalty_gpu
+from fastgp.kernels.penalty import spans
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU")
+KERNELS = {
+    "triton": "fastgp.kernels.penalty.gpu",
+    "mosaic_gpu": "fastgp.kernels.penalty.mosaic_gpu",
+}
 
 
+def _runs(kernel):
+    if kernel == "triton":
+        return pallas_gpu.has_triton()
+    return pallas_gpu.penalty_kernel(jax.devices()[0]) == "mosaic_gpu"
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("batch,features", [(1, 1), (7, 300), (256, 3 * 64 * 64), (3, 1 << 18)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_native_gpu_sums_match_float64(batch, features, dtype):
+def test_native_gpu_sums_match_float64(kernel, batch, features, dtype):
+    """One program a row, and the rows split over this GPU's programs."""
+    if not _runs(kernel):
+        pytest.skip(f"the {kernel} kernel does not run under this JAX on this GPU")
+    module = importlib.import_module(KERNELS[kernel])
     g = jnp.asarray(np.random.default_rng(0).standard_normal((batch, features)), dtype)
     g64 = np.asarray(g.astype(jnp.float32), np.float64)
-    sums = penalty_gpu.row_sumsq(g)
-    np.testing.assert_allclose(np.asarray(sums), np.sum(g64**2, axis=1), rtol=1e-5)
+    split = spans.splits(batch, features, g.dtype.itemsize, gpu_tuned.penalty_programs())
+    for sums in (module.row_sumsq(g), module.row_sumsq(g, split=split)):
+        np.testing.assert_allclose(np.asarray(sums), np.sum(g64**2, axis=1), rtol=1e-5)
 
 
 @pytest.mark.parametrize("backend", ["pallas", "auto"])
