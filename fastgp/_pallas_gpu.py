@@ -4,7 +4,8 @@
     has_mosaic_gpu() -> bool        ``jax.experimental.pallas.mosaic_gpu`` exports ``kernel`` and
                                     ``InterpretGPUParams`` (the API the Mosaic kernel is written
                                     and checked with: JAX 0.11 and later)
-    penalty_kernel(device) -> "mosaic_gpu", "triton" or None: the penalty's GPU kernel for the
+    mosaic_gpu_runs(device) -> bool  the Mosaic GPU kernel runs there (the API, Hopper or newer)
+    penalty_kernel(device) -> "triton", "mosaic_gpu" or None: the penalty's GPU kernel for the
                                     traced device (None: neither backend runs it)
     gpu_kernels_run(op, device) -> bool   whether ``op``'s GPU kernels run there
     triton_penalty(), triton_attention(), mosaic_penalty()
@@ -16,8 +17,9 @@
 
 Why on first use: JAX deprecates its Pallas Triton backend since 0.11 and will remove it, and
 ``fastgp.kernels.penalty.gpu`` and ``fastgp.kernels.attention.gpu`` import it; ``import fastgp``
-must not. The penalty's Mosaic GPU kernel runs on Hopper (sm_90) and newer, Mosaic GPU's target:
-a device that reports an older compute capability keeps the Triton kernel.
+must not. The penalty's Mosaic GPU kernel runs where Triton is gone, on Hopper (sm_90) and
+newer, Mosaic GPU's target; while JAX ships Triton, the Triton kernel, which has run on a GPU,
+stays the one ``"pallas"`` runs.
 
 JAX's deprecation is a DeprecationWarning at every lowering of a Triton kernel. It is raised while
 the caller's program is lowered, after fastgp's functions have returned, so no
@@ -70,19 +72,23 @@ def has_mosaic_gpu() -> bool:
     )
 
 
-def _hopper_or_newer(device: Any) -> bool:
-    """A device that reports no compute capability (an abstract device, a lowering from a host
-    with no GPU) is taken as Mosaic GPU takes it: sm_90."""
+def mosaic_gpu_runs(device: Any) -> bool:
+    """Whether the penalty's Mosaic GPU kernel runs on ``device`` under this JAX: Mosaic GPU's API
+    (:func:`has_mosaic_gpu`) and a Hopper or newer GPU. A device that reports no compute
+    capability (an abstract device, a lowering from a host with no GPU) is taken as Mosaic GPU
+    takes it: sm_90."""
     major = str(getattr(device, "compute_capability", "")).split(".")[0]
-    return not major.isdigit() or int(major) >= MOSAIC_GPU_MIN_MAJOR
+    return has_mosaic_gpu() and (not major.isdigit() or int(major) >= MOSAIC_GPU_MIN_MAJOR)
 
 
 def penalty_kernel(device: Any) -> GpuKernel | None:
-    """The penalty's GPU kernel on ``device`` under this JAX: Mosaic GPU where this JAX has it and
-    the device is Hopper or newer, else Triton where this JAX still ships it, else None."""
-    if has_mosaic_gpu() and _hopper_or_newer(device):
-        return "mosaic_gpu"
-    return "triton" if has_triton() else None
+    """The penalty's GPU kernel on ``device`` under this JAX: Triton where this JAX still ships it
+    (the kernel run and checked on a GPU), else Mosaic GPU where this JAX has it and the device is
+    Hopper or newer (checked in GPU interpret mode and lowered for CUDA, not yet run on a GPU),
+    else None."""
+    if has_triton():
+        return "triton"
+    return "mosaic_gpu" if mosaic_gpu_runs(device) else None
 
 
 def gpu_kernels_run(op: str, device: Any) -> bool:
@@ -177,6 +183,7 @@ __all__ = [
     "has_mosaic_gpu",
     "has_triton",
     "missing_triton",
+    "mosaic_gpu_runs",
     "mosaic_penalty",
     "note_auto_without_triton",
     "penalty_kernel",

@@ -28,9 +28,16 @@ from fastgp._gpu_lowering import for_gpu
 TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
 
 WITHOUT_TRITON = r"""
-import json, sys, warnings
-sys.modules["jax.experimental.pallas.triton"] = None  # as in a JAX that no longer ships it
-sys.modules["jax._src.pallas.triton"] = None
+import importlib.abc, json, sys, warnings
+
+
+class NoTriton(importlib.abc.MetaPathFinder):  # as in a JAX that no longer ships the backend
+    def find_spec(self, name, path=None, target=None):
+        if name.endswith(".pallas.triton") or ".pallas.triton." in name:
+            raise ImportError(f"No module named {name!r}")
+
+
+sys.meta_path.insert(0, NoTriton())
 
 import jax, jax.numpy as jnp, numpy as np
 import fastgp

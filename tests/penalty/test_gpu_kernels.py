@@ -104,9 +104,10 @@ def test_whole_penalty_step_lowers_for_cuda(backend, dtype, gpu_kernel):
         assert not any(call in text for call in CALLS.values())
 
 
-def test_the_kernel_is_mosaic_gpu_from_hopper_where_the_jax_has_it():
-    """An H100 (also an abstract one, which names no compute capability, as Mosaic GPU assumes)
-    runs the Mosaic GPU kernel where this JAX has it; an A100 (sm_80) keeps Triton."""
+def test_the_kernel_is_triton_while_jax_ships_it_then_mosaic_gpu_from_hopper(monkeypatch):
+    """Triton (the kernel run on a GPU) wherever JAX ships it; without it, an H100 (also an
+    abstract one, which names no compute capability, as Mosaic GPU assumes) runs the Mosaic GPU
+    kernel where this JAX has it, and an A100 (sm_80) has no kernel."""
 
     class A100:
         platform, device_kind, compute_capability = "gpu", "NVIDIA A100-SXM4-80GB", "8.0"
@@ -114,10 +115,13 @@ def test_the_kernel_is_mosaic_gpu_from_hopper_where_the_jax_has_it():
     class H100(A100):
         device_kind, compute_capability = "NVIDIA H100 80GB HBM3", "9.0"
 
-    newest = "mosaic_gpu" if pallas_gpu.has_mosaic_gpu() else "triton"
-    assert pallas_gpu.penalty_kernel(H100()) == newest
-    assert pallas_gpu.penalty_kernel(gpu_mesh().abstract_device) == newest
-    assert pallas_gpu.penalty_kernel(A100()) == "triton"
+    for device in (H100(), gpu_mesh().abstract_device, A100()):
+        assert pallas_gpu.penalty_kernel(device) == "triton"
+    monkeypatch.setattr(pallas_gpu, "has_triton", lambda: False)
+    monkeypatch.setattr(pallas_gpu, "has_mosaic_gpu", lambda: True)
+    assert pallas_gpu.penalty_kernel(H100()) == "mosaic_gpu"
+    assert pallas_gpu.penalty_kernel(gpu_mesh().abstract_device) == "mosaic_gpu"
+    assert pallas_gpu.penalty_kernel(A100()) is None
 
 
 def test_few_rows_split_over_the_grid_for_cuda(gpu_kernel):
