@@ -13,6 +13,8 @@
     signals.py         SIGTERM and SIGINT: stop at the next chunk end
     lock.py            one run per output directory
     check.py           ``fastgp check``: the sharded trainer against the oracle, step by step
+    check_bounds.py    its bounds: each compared quantity's float32 error scale, and why
+    check_scales.py    those error scales at the naive state of every step, sample by sample
 
 Imports ``recipes`` and the layers below it at most; the command (``cli``) imports this.
 """
