@@ -10,6 +10,7 @@ import suite_environment  # before JAX is imported: it sets JAX's environment
 import jax
 import pytest
 from hypothesis import HealthCheck, settings
+from jax.experimental.compilation_cache import compilation_cache
 
 pytest_plugins = ["crash_reports"]
 
@@ -77,11 +78,14 @@ def no_compilation_cache_for_tpu_compiles(request):
     if request.node.get_closest_marker("aot") is None:
         yield
         return
+    # JAX decides once a process whether the cache is used: reset that decision both ways
     jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
     try:
         yield
     finally:
         jax.config.update("jax_enable_compilation_cache", True)
+        compilation_cache.reset_cache()
 
 
 # Whole-trainer and command-line runs (subprocesses, many compiled steps): `make test` runs them,
