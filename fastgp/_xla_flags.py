@@ -9,7 +9,8 @@ flag in XLA_FLAGS"), and XLA adds and drops flags between releases (jaxlib 0.12 
 set only after a child has started XLA's CPU client with it; a flag every supported JAX has
 (``--xla_force_host_platform_device_count``, ``--xla_cpu_max_isa``) needs no probe.
 
-Only the standard library is imported here: the callers set ``XLA_FLAGS`` before JAX starts.
+XLA reads ``XLA_FLAGS`` when JAX's backend starts, not when JAX is imported, so a caller may
+import fastgp first and set the flags this module finds before the first computation.
 """
 
 import functools
