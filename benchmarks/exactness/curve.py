@@ -22,6 +22,7 @@ import numpy as np
 from fastgp.train.data.quality import quality_metric
 from fastgp.train.recipes.defaults import build_problem
 from fastgp.train.run.checkpoints import Checkpoints
+from fastgp.train.training.averaging import sampling_params
 from fastgp.train.training.state import TrainConfig, init_state
 
 CURVE_SETS = 2
@@ -70,7 +71,7 @@ def frechet_curve(
     )
     points = []
     for step in store.steps():
-        params = store.state(step, template).g_params
+        params = sampling_params(store.state(step, template), config.g_average)
         flat = np.asarray(sample(params, z), np.float32).reshape(z.shape[0], -1)
         points.append(
             {

@@ -284,6 +284,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "gp_warmup": args.gp_warmup,
         "lazy_adam": args.lazy_adam,
         "vit_patch": getattr(args, "vit_patch", None),
+        "g_average": args.g_average,
     }
     return {k: v for k, v in overrides.items() if v is not None}
 

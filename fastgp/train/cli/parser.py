@@ -11,13 +11,21 @@ Flags that set ``TrainConfig`` fields default to None, the dataset's recipe
 
 import argparse
 import inspect
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from fastgp._backends import BACKENDS
 from fastgp.penalty import SECOND_ORDER
 from fastgp.train.cli import tune
+from fastgp.train.cli.arg_types import (
+    SEED_MAX,
+    _int,
+    _non_negative_int,
+    _number,
+    _port,
+    _positive_int,
+    _seed,
+)
 from fastgp.train.data.sets import CHECK_DATASETS, DATASETS
 from fastgp.train.objective.losses import LOSSES
 from fastgp.train.objective.penalties import APPROXIMATE_SCALES, PLACEMENTS, WEIGHT_SCHEDULES
@@ -26,12 +34,10 @@ from fastgp.train.run.check import run_check
 from fastgp.train.training.state import (
     CONFIG_SECOND_ORDER,
     CRITICS,
-    INT32_MAX,
     PRECISIONS,
     TRAIN_KINDS,
 )
 
-SEED_MAX = 2**32 - 1  # the PRNG key holds 32 bits of the seed; larger seeds would alias
 FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
 
 # The check's options and their defaults are run_check's keyword arguments: one set of defaults.
@@ -64,68 +70,6 @@ CPU the processes talk over local TCP (gloo): a functional rehearsal of multi-ho
 slower than one process. SIGTERM or Ctrl-C stops at the next log point with a checkpoint and the
 outputs (exit 128 + the signal number); a second one stops at once. One run at a time may use an
 --out."""
-
-
-# --- argument types: each error names the value; argparse adds the flag ------------------------
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    if value > INT32_MAX:
-        raise argparse.ArgumentTypeError(
-            f"must be at most {INT32_MAX} (int32 counters), got {value}"
-        )
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-
-
-def _seed(text: str) -> int:
-    value = _int(text)
-    if not 0 <= value <= SEED_MAX:
-        raise argparse.ArgumentTypeError(
-            f"must be an integer in 0..{SEED_MAX} (the random key holds 32 bits), got {value}"
-        )
-    return value
-
-
-def _number(
-    low: float, high: float = math.inf, *, open_low: bool = False
-) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        if not (
-            math.isfinite(value) and (value > low if open_low else value >= low) and value <= high
-        ):
-            bound = f"> {low}" if open_low else f">= {low}"
-            raise argparse.ArgumentTypeError(
-                f"must be a finite number {bound}"
-                + (f" and <= {high}" if high < math.inf else "")
-                + f", got {text}"
-            )
-        return value
-
-    return parse
-
-
-def _port(text: str) -> int:
-    value = _int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {value}")
-    return value
 
 
 # --- parsers -------------------------------------------------------------------------------------
@@ -392,6 +336,14 @@ def _add_schedule_flags(train: argparse.ArgumentParser) -> None:
         "each beta to the power k/(k+1)",
         action="store_const",
         const=True,
+    )
+    _recipe_flag(
+        train,
+        {},
+        "--g-average",
+        "half-life in generator steps of the moving average of the generator's parameters "
+        "(StyleGAN's G_ema) that samples and evaluations come from; 0: none, the parameters",
+        type=_non_negative_int,
     )
 
 

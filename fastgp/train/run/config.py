@@ -49,6 +49,7 @@ FLAGS = {
     "gp_warmup": "--gp-warmup",
     "lazy_adam": "--lazy-adam",
     "vit_patch": "--vit-patch",
+    "g_average": "--g-average",
 }
 # Fields a resumed run may change: they do not alter what is computed, only how.
 CHANGEABLE_ON_RESUME = ("backend",)

@@ -18,6 +18,7 @@ from fastgp.penalty import grad_norms
 from fastgp.train.data.quality import SPECS, ImageQuality, mode_quality, quality_metric
 from fastgp.train.data.sets import toy_modes
 from fastgp.train.recipes.defaults import Problem
+from fastgp.train.training.averaging import sampling_params
 from fastgp.train.training.state import TrainConfig
 
 # Image-metric keys logged in metrics.jsonl (the summary holds the whole metric).
@@ -126,7 +127,8 @@ class Evaluator:
         penalty is taken at, and the logged curves, named for the run's loss and penalty."""
         from fastgp.train.run.figures import figure_labels, plot_run  # matplotlib, only here
 
-        g_params, d_params = state.g_params, state.d_params
+        g_params = sampling_params(state, self.config.g_average)
+        d_params = state.d_params
         k_real, k_alpha = jax.random.split(jax.random.fold_in(self.key, 1))
         real = np.asarray(self.problem.sample_real(k_real, self.n), np.float32)
         fake = self.samples(g_params)

@@ -36,6 +36,7 @@ from fastgp.train.run.options import RunError, RunFailure, RunOptions, write_out
 from fastgp.train.run.progress import RunProgress
 from fastgp.train.run.session import Session, prepare_out, setup
 from fastgp.train.run.signals import StopRequest
+from fastgp.train.training.averaging import sampling_params
 from fastgp.train.training.nonfinite import first_nonfinite_loss, nonfinite_state
 
 
@@ -138,7 +139,8 @@ def _log_chunk(
     evaluator, every = session.evaluator, session.cadence.eval_every
     quality = None
     if evaluate and evaluator.evaluates and (it % every == 0 or it == session.end):
-        quality = evaluator.quality(host_copy(session.state.g_params), it)
+        g_params = sampling_params(host_copy(session.state), session.config.g_average)
+        quality = evaluator.quality(g_params, it)
     record = outputs.metrics_record(it, session.wall(), metrics, evaluator.record(quality))
     assert session.log is not None
     write_output(f"{session.log.path}", session.log.append, record)
@@ -163,9 +165,10 @@ def _finish(session: Session, it: int, signum: int) -> dict[str, Any]:
         return summary
     assert session.log is not None
     host = host_copy(session.state)
-    samples = evaluator.samples(host.g_params, max(session.cadence.eval_samples, 2500))
+    g_params = sampling_params(host, session.config.g_average)
+    samples = evaluator.samples(g_params, max(session.cadence.eval_samples, 2500))
     write_output(f"{out / outputs.SAMPLES}", outputs.write_samples, out, samples)
-    quality = evaluator.quality(host.g_params, it)
+    quality = evaluator.quality(g_params, it)
     if quality is not None:
         summary.update(quality)
     summary["train_s"] = round(train_s, 1)

@@ -38,6 +38,7 @@ from fastgp.train.objective.penalties import (
     lazy_adam,
     scheduled_weight,
 )
+from fastgp.train.training.averaging import averaged
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 # "auto": fastgp.train.run.penalty_tuning picks one of SECOND_ORDER at start-up, before the Trainer.
@@ -77,7 +78,10 @@ class TrainConfig:
     ``approx_scale`` says how ``gp_weight`` reaches ``approximate-r1``: as its lambda, or ("r1")
     divided by ``gp_sigma**2`` so that it reads as an exact R1 weight. ``precision`` is the
     compute dtype of both networks' ``apply``; parameters, optimiser state, losses and norms
-    stay float32. ``vit_patch`` (None: the recipe's) is the ViT critic's patch side. With
+    stay float32. ``vit_patch`` (None: the recipe's) is the ViT critic's patch side.
+    ``g_average`` > 0 keeps an exponential moving average of the generator's parameters with
+    that half-life in generator steps (``fastgp.train.training.averaging``), and samples and
+    evaluations come from it; 0 keeps none. With
     ``decay_fraction > 0`` both learning rates stay constant, then decay
     linearly to 0 over the last ``decay_fraction`` of ``total_steps`` generator iterations (the
     critic's schedule counts its ``n_critic`` steps per iteration).
@@ -113,6 +117,7 @@ class TrainConfig:
     gp_warmup: int = 0
     lazy_adam: bool = False
     vit_patch: int | None = None
+    g_average: int = 0
 
     def __post_init__(self) -> None:
         """Raise ConfigError naming the first invalid field(s), checked group by group."""
@@ -151,15 +156,14 @@ class TrainConfig:
 
 def _check_counts(config: TrainConfig) -> None:
     """batch_size, n_critic, gp_every, latent_dim and a given vit_patch: integers in
-    1..INT32_MAX (not bools)."""
-    for name in ("batch_size", "n_critic", "gp_every", "latent_dim", "vit_patch"):
-        value = getattr(config, name)
+    1..INT32_MAX (not bools); g_average in 0..INT32_MAX."""
+    for name in ("batch_size", "n_critic", "gp_every", "latent_dim", "vit_patch", "g_average"):
+        value, low = getattr(config, name), 0 if name == "g_average" else 1
         if name == "vit_patch" and value is None:
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
-            raise ConfigError(
-                name, f"{name} must be a positive integer <= {INT32_MAX}, got {value!r}"
-            )
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= INT32_MAX:
+            kind = "a non-negative" if low == 0 else "a positive"
+            raise ConfigError(name, f"{name} must be {kind} integer <= {INT32_MAX}, got {value!r}")
 
 
 def _check_choices(config: TrainConfig) -> None:
@@ -346,16 +350,17 @@ def lr_schedule(lr: float, total: int | None, decay_fraction: float) -> Any:
 
 def optimizers(config: TrainConfig) -> tuple[Any, Any]:
     """(generator, critic) optax Adam transformations (schedules per ``TrainConfig``; the
-    critic's corrected by ``penalties.lazy_adam`` when ``config.lazy_adam``)."""
+    critic's corrected by ``penalties.lazy_adam`` when ``config.lazy_adam``; the generator's
+    followed by its parameter average when ``config.g_average``)."""
     total, frac = config.total_steps, config.decay_fraction
     critic_total = None if total is None else total * config.n_critic
     lr_d, betas_d = config.lr_d, config.betas
     if config.lazy_adam:
         lr_d, betas_d = lazy_adam(lr_d, betas_d, config.gp_every)
-    return (
-        optax.adam(lr_schedule(config.lr_g, total, frac), *config.betas),
-        optax.adam(lr_schedule(lr_d, critic_total, frac), *betas_d),
-    )
+    generator = optax.adam(lr_schedule(config.lr_g, total, frac), *config.betas)
+    if config.g_average:
+        generator = averaged(generator, config.g_average)
+    return generator, optax.adam(lr_schedule(lr_d, critic_total, frac), *betas_d)
 
 
 def init_state(config: TrainConfig, generator: Any, critic: Any) -> TrainState:
