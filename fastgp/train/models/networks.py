@@ -170,21 +170,24 @@ def conv_generator(
     activation: str = "relu",
     output: str = "clip",
     image: Image = (8, 8, 1),
+    head_channels: int | None = None,
 ) -> Model:
     """Conv generator for (B, H, W, C) = ``image``: z (B, latent_dim) -> dense to the smallest
     side of :func:`generator_sides` (4x4 for 8x8, 7x7 for 28x28) with 2 * ``channels`` ->
     ``activation`` -> a 3x3 conv there (2 * ``channels``) -> per larger side: nearest-neighbour 2x
-    upsampling, then a 3x3 conv (2 * ``channels``; at the image's side two, of ``channels``),
-    each followed by ``activation`` -> a stride-1 3x3 conv to C channels -> ``output``
+    upsampling, then a 3x3 conv (2 * ``channels``; at the image's side two, of
+    ``head_channels``, default ``channels``), each followed by ``activation`` -> a stride-1 3x3
+    conv to C channels -> ``output``
     (``OUTPUTS``: "clip" to [-1, 1], the default, or "tanh"). Parameters "proj", "conv<side>"
     per side ("conv4", "conv8a", "conv8b" for 8x8), "out".
 
     Upsampling by repetition, not transposed convolutions, and stride-1 convs after it: every
     output pixel sees the same neighbourhood, so no stride pattern shows in the samples.
-    Clipping reaches the data's exact -1 background, which tanh only approaches."""
+    Clipping reaches the data's exact -1 background, which tanh only approaches. At 28x28 the
+    image-side convs take most of a step's time on a CPU, hence ``head_channels``."""
     if output not in OUTPUTS:
         raise ValueError(f"unknown output {output!r}; valid: {', '.join(OUTPUTS)}")
-    wide, narrow = 2 * channels, channels
+    wide, narrow = 2 * channels, head_channels or channels
     act, out = _activation(activation), OUTPUTS[output]
     sides = generator_sides(image)
     (h0, w0), last = sides[0], sides[-1][0]

@@ -1,26 +1,23 @@
 """Default training recipes per dataset: the config, the networks and the real-data sampler.
 
-    RECIPES[dataset]                      -> Recipe(fields, steps, width)
+    RECIPES[dataset]                      -> Recipe(fields, steps, width, head)
     recipe(dataset, critic="conv", name=None) -> the Recipe of ``dataset`` with that critic, or
                                              the one of NAMED_RECIPES called ``name``
     default_config(dataset, recipe_name=None, **overrides) -> TrainConfig
     default_steps(dataset, critic="conv") -> generator iterations of a default run
     build_problem(dataset, config)        -> Problem(generator, critic, sample_real, image)
 
-The recipes are the values of ``TOY`` (8 Gaussians and the Swiss roll: ``TOY_DEPTH`` x
-``width`` ReLU MLPs), ``GRID`` (25 Gaussians: the toy recipe with narrower MLPs, fewer critic
-steps and the lazy penalty), ``DIGITS`` (the 8x8 conv pair of ``fastgp.train.models.networks`` with
-``width`` channels, trained on ``load_digits(split="train")`` and scored by
-``fastgp.train.data.quality`` against the other half) and ``MNIST`` (the same for the 28x28
-MNIST digits of ``load_mnist``). ``critic="vit"`` (``--critic vit``) trains an image dataset's
-conv generator against the ViT critic of ``fastgp.train.models.networks`` shaped by
+The recipes are the values of ``TOY`` (8 Gaussians and the Swiss roll: ``TOY_DEPTH`` x ``width``
+ReLU MLPs), ``GRID`` (25 Gaussians: the toy recipe with narrower MLPs, fewer critic steps and the
+lazy penalty), ``DIGITS`` (the 8x8 conv pair of ``fastgp.train.models.networks`` with ``width``
+channels, trained on ``load_digits(split="train")`` and scored by ``fastgp.train.data.quality``
+against the other half) and ``MNIST`` (a conv pair for the 28x28 MNIST digits of ``load_mnist``,
+trained with R3GAN's objective). ``critic="vit"`` (``--critic vit``) trains an image dataset's conv
+generator against the ViT critic of ``fastgp.train.models.networks`` shaped by
 ``VIT_SHAPES[dataset]``, with the recipe ``DIGITS_VIT`` or ``MNIST_VIT``. A recipe trained with
-another loss, R3GAN's, is taken by its name only (``NAMED_RECIPES``, ``--recipe``): a flag sets
-its own field and nothing else, so no loss brings in a recipe's schedule. How the digits and toy
-recipes were chosen and what they score: docs/trainer.md. The MNIST ones are first choices, not
-yet swept: the digits recipe's batch, critic steps, betas (0.5, 0.9) and penalty weight 10 (the
-WGAN-GP paper's), half its step size (larger networks; the paper's MNIST run takes 1e-4), a
-latent of 64 for 12 times the pixels, and 32 channels (a generator step's cost on CPU).
+another loss, R3GAN's, is taken by its name only (``NAMED_RECIPES``, ``--recipe``): a flag sets its
+own field and nothing else, so no loss brings in a recipe's schedule. How the recipes were chosen
+and what they score: docs/trainer.md.
 """
 
 from collections.abc import Callable
@@ -34,12 +31,14 @@ TOY_DEPTH = 3
 
 
 class Recipe(NamedTuple):
-    """A dataset's default run: ``TrainConfig`` fields, generator iterations, and the hidden
-    width of both toy MLPs or the channels of an image dataset's conv pair."""
+    """A dataset's default run: ``TrainConfig`` fields, generator iterations, the hidden
+    width of both toy MLPs or the channels of an image dataset's conv pair, and the channels of
+    the conv generator's convs at the image's side (None: ``width``)."""
 
     fields: dict[str, Any]
     steps: int
     width: int
+    head: int | None = None
 
 
 def _recipe(*, steps: int, width: int, lr: float, **fields: Any) -> Recipe:
@@ -58,9 +57,19 @@ GRID = Recipe(
 DIGITS = _recipe(
     steps=9000, width=32, lr=1e-3, batch_size=64, n_critic=3, gp_weight=10.0, latent_dim=32
 )
-# Sized for a default run within 15 minutes on 2 CPU cores (docs/trainer.md: the step times).
-MNIST = _recipe(
-    steps=1200, width=32, lr=5e-4, batch_size=64, n_critic=3, gp_weight=10.0, latent_dim=64
+# R3GAN's objective (the relativistic loss, exact R1 + R2 at weight 1 each, one critic step) with
+# R3GAN's Adam betas (0, 0.99), batch 32, the generator's parameter average as the samples'
+# source, and a generator whose 28x28 convs are narrow (a CPU step's largest cost): sized for a
+# run within 10 minutes on 2 CPU cores (docs/trainer.md: how it was chosen, its time and quality).
+MNIST = Recipe(
+    {
+        **{"lr_g": 2e-4, "lr_d": 2e-4, "betas": (0.0, 0.99), "decay_fraction": 0.5},
+        **{"batch_size": 32, "n_critic": 1, "latent_dim": 64, "g_average": 250},
+        **{"loss": "relativistic", "gp_kind": "r1", "gp_at": "real+fake", "gp_weight": 1.0},
+    },
+    steps=5000,
+    width=32,
+    head=16,
 )
 RECIPES = {
     "8gaussians": TOY,
@@ -93,8 +102,9 @@ VIT = VitShape(width=64, depth=2, heads=4, patch=4, mlp_ratio=2)
 DIGITS_VIT = Recipe(
     {**DIGITS.fields, "lr_g": 1e-3, "lr_d": 1e-3, "critic": "vit"}, steps=3000, width=DIGITS.width
 )
-# --critic vit on MNIST: 7x7 tokens of 4x4 pixels, the digits ViT's width and depth.
-MNIST_VIT = Recipe({**MNIST.fields, "critic": "vit"}, steps=600, width=MNIST.width)
+# --critic vit on MNIST: 7x7 tokens of 4x4 pixels, the digits ViT's width and depth, trained as
+# the conv critic's recipe is, for longer.
+MNIST_VIT = MNIST._replace(fields={**MNIST.fields, "critic": "vit"}, steps=4000)
 VIT_SHAPES = {"digits": VIT, "mnist": VIT._replace(image=MNIST_SHAPE)}
 # (dataset, critic) -> recipe, for the critics other than a recipe's own ("conv").
 CRITIC_RECIPES = {("digits", "vit"): DIGITS_VIT, ("mnist", "vit"): MNIST_VIT}
@@ -108,12 +118,12 @@ def _r3gan(base: Recipe, steps: int) -> Recipe:
         **{"loss": "relativistic", "n_critic": 1, "gp_kind": "r1", "gp_at": "real+fake"},
         **{"gp_weight": 1.0, "gp_schedule": "cosine", "gp_weight_final": 0.1},
     }
-    return Recipe(fields, steps, base.width)
+    return base._replace(fields=fields, steps=steps)
 
 
 # (dataset, critic, name) -> a recipe taken by name (``--recipe``) in place of the dataset's own:
 # on MNIST with the ViT critic, R3GAN's (docs/trainer.md: its default run's time and quality).
-NAMED_RECIPES = {("mnist", "vit", "r3gan"): _r3gan(MNIST_VIT, steps=600)}
+NAMED_RECIPES = {("mnist", "vit", "r3gan"): _r3gan(MNIST_VIT, steps=MNIST_VIT.steps)}
 RECIPE_NAMES = tuple(sorted({name for _, _, name in NAMED_RECIPES}))
 
 
@@ -241,7 +251,7 @@ def build_problem(dataset: str, config: TrainConfig) -> Problem:
         else conv_critic(chosen.width, image=image)
     )
     return Problem(
-        conv_generator(config.latent_dim, chosen.width, image=image),
+        conv_generator(config.latent_dim, chosen.width, image=image, head_channels=chosen.head),
         critic,
         index_sampler(load(split="train")),
         image,
