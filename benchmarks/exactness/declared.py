@@ -1,0 +1,253 @@
+"""The declared study of docs/study.md (``benchmarks.exactness.design``): its runs one at a time,
+resumable, each checked against its arm's declaration; the pilot's seed count.
+
+    JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared run --testbed vit --seeds 4
+        [--runs-dir runs/declared] [--max-runs N]
+    JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared pilot
+    -> benchmarks/results/exactness/declared_<testbed>.json
+
+``run`` executes ``design.plan`` for the testbed up to ``--seeds`` seeds, in its order, one
+``fastgp train`` at a time (the clock of a run is read with nothing else training). A run already
+in the results file is skipped; a run whose output folder holds checkpoints but no summary
+continues from its newest one (``--resume``), so the study goes on where it stopped. Before a run
+starts, the configuration its flags resolve to must equal its declaration: the testbed's recipe
+(``fastgp train --dataset mnist --critic C``, never a recipe taken by name), the run's seed, the
+backend and the arm's fields; the run's own run.json is checked again when it ends
+(``UndeclaredConfig`` names each field that differs). Each recorded run keeps its resolved
+configuration, every commit that trained it (run.json's ``code``), its evaluations and its final
+quality.
+
+``pilot`` reads the first ``design.PILOT_SEEDS`` seeds of P1 and P2 and prints the standard
+deviation of their paired log differences and the seed count it sets (``analysis.seeds_needed``).
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+
+import benchmarks
+from benchmarks import records
+from benchmarks.exactness import analysis, design
+from fastgp.train.cli.main import fresh_run
+from fastgp.train.recipes.defaults import recipe
+from fastgp.train.run.config import FLAGS
+from fastgp.train.training.state import TrainConfig
+
+RESULTS = benchmarks.RESULTS / "exactness"
+RUNS_DIR = pathlib.Path("runs") / "declared"
+
+
+def results_file(testbed: str) -> pathlib.Path:
+    return RESULTS / f"declared_{testbed}.json"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON reads it back (tuples as lists), so that a record compares equal."""
+    return json.loads(json.dumps(value))
+
+
+def _flag_value(value: Any) -> str:
+    """A field's value as its flag takes it: numbers as short as they parse back exactly."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
+def flags_of(fields: dict[str, Any]) -> list[str]:
+    """The ``fastgp train`` flags that set ``fields`` (a flag without a value for True)."""
+    argv: list[str] = []
+    for field, value in fields.items():
+        flag = FLAGS[field]
+        argv += [flag] if value is True else [flag, _flag_value(value)]
+    return argv
+
+
+def base_fields(testbed: str) -> dict[str, Any]:
+    """The recipe of (mnist, the testbed's critic) with its steps: the dataset's own."""
+    chosen = recipe(design.DATASET, design.TESTBEDS[testbed].critic)
+    return {**chosen.fields, "total_steps": chosen.steps}
+
+
+def arm_of(testbed: str, arm: str) -> dict[str, Any]:
+    """The fields ``arm`` sets on ``testbed``, at the recipe's R1 weight."""
+    return design.arm_fields(arm, base_fields(testbed)["gp_weight"])
+
+
+def declared_config(testbed: str, arm: str, seed: int) -> dict[str, Any]:
+    """Every ``TrainConfig`` field of one run as declared, as run.json records it."""
+    own = {"critic": design.TESTBEDS[testbed].critic, "seed": seed, "backend": design.BACKEND}
+    fields = {**base_fields(testbed), **own, **arm_of(testbed, arm)}
+    return _plain(dataclasses.asdict(TrainConfig(**fields)))
+
+
+def run_argv(testbed: str, arm: str, seed: int) -> list[str]:
+    """The ``fastgp train`` flags of one run: dataset, critic, seed, steps, the arm's flags, the
+    backend and the cadence (``design.EVALUATIONS`` evaluations, a checkpoint at each)."""
+    steps = base_fields(testbed)["total_steps"]
+    every = str(steps // design.EVALUATIONS)
+    critic = design.TESTBEDS[testbed].critic
+    argv = ["--dataset", design.DATASET, "--critic", critic, "--seed", str(seed)]
+    argv += ["--steps", str(steps), *flags_of(arm_of(testbed, arm)), "--backend", design.BACKEND]
+    return [*argv, "--log-every", every, "--eval-every", every, "--checkpoint-every", every]
+
+
+class UndeclaredConfig(ValueError):
+    """A run whose resolved configuration is not its arm's declaration; ``differences`` holds
+    (field, declared, resolved) for each field that differs."""
+
+    def __init__(self, what: str, differences: list[tuple[str, Any, Any]]) -> None:
+        self.differences = differences
+        listed = "; ".join(f"{f}: declared {d!r}, resolved {r!r}" for f, d, r in differences)
+        super().__init__(
+            f"{what}: the resolved configuration is not the arm's declaration ({listed}); "
+            "the run is not added"
+        )
+
+
+def differences(declared: dict[str, Any], resolved: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, declared, resolved) for each field where the two configurations differ."""
+    declared, resolved = _plain(declared), _plain(resolved)
+    fields = [*declared, *(f for f in resolved if f not in declared)]
+    return [
+        (f, declared.get(f), resolved.get(f)) for f in fields if declared.get(f) != resolved.get(f)
+    ]
+
+
+def check_declared(testbed: str, arm: str, seed: int, run: dict[str, Any]) -> None:
+    """Raise UndeclaredConfig unless ``run`` (dataset and config, as run.json holds them) is
+    the declared run of ``arm`` on ``testbed`` with ``seed``."""
+    declared = {"dataset": design.DATASET, **declared_config(testbed, arm, seed)}
+    found = differences(declared, {"dataset": run.get("dataset"), **run["config"]})
+    if found:
+        raise UndeclaredConfig(f"{testbed}, {arm}, seed {seed}", found)
+
+
+def resolved_run(argv: list[str]) -> dict[str, Any]:
+    """What ``fastgp train ARGV`` resolves to on a fresh --out, as its run.json records it."""
+    dataset, config = fresh_run(argv)
+    return {"dataset": dataset, "config": _plain(dataclasses.asdict(config))}
+
+
+def load(testbed: str) -> dict[str, Any]:
+    """The testbed's results so far (an empty study where none)."""
+    path = results_file(testbed)
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"testbed": testbed, "design": "docs/study.md", "runs": []}
+
+
+def recorded(result: dict[str, Any]) -> set[tuple[str, int]]:
+    return {(r["arm"], r["seed"]) for r in result["runs"]}
+
+
+def collect(out: pathlib.Path, testbed: str, arm: str, seed: int, failure: str | None) -> dict:
+    """One finished run's record from its output folder: declaration checked, configuration,
+    commits, evaluations, final quality and time; ``failure`` (stderr of a failed run) marks a
+    non-finite stop or another failure."""
+    run_json = json.loads((out / "run.json").read_text())
+    check_declared(testbed, arm, seed, run_json)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [
+        {k: line[k] for k in ("step", "frechet_distance", "classes_covered", "c2st_accuracy")}
+        for line in lines
+        if "frechet_distance" in line
+    ]
+    record = {
+        "testbed": testbed,
+        "arm": arm,
+        "seed": seed,
+        "config": run_json["config"],
+        "code": run_json["code"],
+        "evaluations": evaluations,
+    }
+    if failure is not None:
+        diverged = "training diverged" in failure
+        return {**record, **({"nonfinite": failure} if diverged else {"failed": failure})}
+    summary = json.loads((out / "summary.json").read_text())
+    keep = ("steps", "train_s", "frechet_distance", "classes_covered", "c2st_accuracy")
+    record.update({k: summary[k] for k in keep})
+    record["primary"] = analysis.primary_metric(evaluations)
+    record["collapsed"] = analysis.collapsed(record)
+    return record
+
+
+def train(out: pathlib.Path, argv: list[str]) -> str | None:
+    """Run (or continue) one ``fastgp train`` into ``out``; None, or its stderr's end on a
+    failure."""
+    resume = (out / "run.json").exists() and not (out / "summary.json").exists()
+    fastgp = str(pathlib.Path(sys.executable).with_name("fastgp"))
+    command = [fastgp, "train", *argv, "--no-progress", "--out", str(out)]
+    command += ["--resume"] if resume else []
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return None if proc.returncode == 0 else proc.stderr.decode()[-2000:]
+
+
+def run(testbed: str, seeds: int, runs_dir: pathlib.Path, max_runs: int | None) -> int:
+    """Execute the testbed's plan up to ``seeds`` seeds, skipping recorded runs; each new run
+    is checked before it starts and recorded when it ends."""
+    result = load(testbed)
+    done = recorded(result)
+    todo = [p for p in design.plan({testbed: seeds}) if (p[1], p[2]) not in done]
+    for _, arm, seed in todo[:max_runs]:
+        argv = run_argv(testbed, arm, seed)
+        check_declared(testbed, arm, seed, resolved_run(argv))
+        out = runs_dir / f"{testbed}-{arm}-{seed}"
+        failure = train(out, argv)
+        if failure is not None and not (out / "metrics.jsonl").exists():
+            raise RuntimeError(f"{testbed}, {arm}, seed {seed} did not start: {failure}")
+        record = collect(out, testbed, arm, seed, failure)
+        result["runs"].append(record)
+        result.update(records.provenance())
+        results_file(testbed).parent.mkdir(parents=True, exist_ok=True)
+        results_file(testbed).write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps({k: record.get(k) for k in ("arm", "seed", "primary", "collapsed")}))
+    return 0
+
+
+def pilot_sd(result: dict[str, Any]) -> dict[str, float]:
+    """Per primary comparison, the sd of log(first / second) over the pilot seeds both arms
+    recorded without failing; NaN where fewer than 2 such seeds."""
+    by = {(r["arm"], r["seed"]): r for r in result["runs"] if "primary" in r}
+    out = {}
+    for c in design.COMPARISONS:
+        if c.testbed != result["testbed"] or not c.name.startswith("P"):
+            continue
+        diffs = [
+            math.log(by[c.first, s]["primary"] / by[c.second, s]["primary"])
+            for s in range(design.PILOT_SEEDS)
+            if (c.first, s) in by and (c.second, s) in by
+        ]
+        out[c.name] = float(np.std(diffs, ddof=1)) if len(diffs) >= 2 else math.nan
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    go = sub.add_parser("run", help="run the plan, resuming")
+    go.add_argument("--testbed", choices=tuple(design.TESTBEDS), default="vit")
+    go.add_argument("--seeds", type=int, required=True, help="seeds per arm")
+    go.add_argument("--runs-dir", type=pathlib.Path, default=RUNS_DIR)
+    go.add_argument("--max-runs", type=int, help="stop after this many new runs")
+    sub.add_parser("pilot", help="the pilot's sd and the seed count it sets")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run(args.testbed, args.seeds, args.runs_dir, args.max_runs)
+    sds = pilot_sd(load("vit"))
+    largest = max(sds.values())
+    print(json.dumps({"sd": sds, "seeds": analysis.seeds_needed(largest)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The declared study (docs/study.md): arms that differ only in how R1 is taken, each resolving
+through ``fastgp train``'s own flags to its declaration; runs that trained anything else refused;
+the plan's order, resumption and the pilot's seed count on synthetic runs.
+
+Expected configurations are built here from the recipes' constants and the design's table, not
+by the runner's own functions."""
+
+import json
+import math
+
+import pytest
+
+from benchmarks.exactness import analysis, declared, design
+from fastgp.train.recipes import defaults
+from fastgp.train.training.state import TrainConfig
+
+RECIPES = {"conv": defaults.MNIST, "vit": defaults.MNIST_VIT}
+SEED = 5
+# How each arm takes R1 + R2 (docs/study.md's table of arms); gamma is the recipe's weight.
+HOW = {
+    "exact": lambda g: {"gp_kind": "r1", "gp_weight": g},
+    "approx-0.01": lambda g: {
+        **{"gp_kind": "approximate-r1", "gp_sigma": 0.01, "approx_scale": "r1", "gp_weight": g}
+    },
+    "approx-0.1": lambda g: {
+        **{"gp_kind": "approximate-r1", "gp_sigma": 0.1, "approx_scale": "r1", "gp_weight": g}
+    },
+    "apt-approx": lambda g: {
+        **{"gp_kind": "approximate-r1", "gp_sigma": 0.01, "approx_scale": "lambda"},
+        "gp_weight": 100.0,
+    },
+    "apt-exact": lambda g: {"gp_kind": "r1", "gp_weight": 0.01},
+}
+PENALTY_FIELDS = {"gp_kind", "gp_sigma", "approx_scale", "gp_weight"}
+CASES = [(t, a) for t in design.TESTBEDS for a in design.arms_of(t)]
+
+
+def expected(testbed, arm):
+    chosen = RECIPES[design.TESTBEDS[testbed].critic]
+    fields = {**chosen.fields, "total_steps": chosen.steps}
+    own = {"critic": design.TESTBEDS[testbed].critic, "seed": SEED, "backend": "xla"}
+    config = TrainConfig(**{**fields, **own, **HOW[arm](chosen.fields["gp_weight"])})
+    return json.loads(json.dumps(config.__dict__))
+
+
+@pytest.mark.parametrize("testbed,arm", CASES)
+def test_each_arm_resolves_to_its_declaration(testbed, arm):
+    resolved = declared.resolved_run(declared.run_argv(testbed, arm, SEED))
+    assert resolved == {"dataset": "mnist", "config": expected(testbed, arm)}
+    declared.check_declared(testbed, arm, SEED, resolved)
+
+
+@pytest.mark.parametrize("comparison", design.COMPARISONS, ids=lambda c: c.name)
+def test_the_arms_of_a_comparison_differ_only_in_how_the_penalty_is_taken(comparison):
+    first = declared.declared_config(comparison.testbed, comparison.first, SEED)
+    second = declared.declared_config(comparison.testbed, comparison.second, SEED)
+    differing = {f for f in first if first[f] != second[f]}
+    assert differing and differing <= PENALTY_FIELDS
+
+
+def test_the_testbeds_train_their_recipes_r1_with_r2_every_step():
+    for testbed in design.TESTBEDS:
+        config = declared.declared_config(testbed, "exact", SEED)
+        assert (config["gp_kind"], config["gp_at"]) == ("r1", "real+fake")
+        assert (config["gp_every"], config["gp_schedule"]) == (1, "constant")
+
+
+def test_a_run_that_trained_something_else_is_refused_naming_the_field():
+    run = {"dataset": "mnist", "config": expected("vit", "approx-0.1")}
+    run["config"]["gp_schedule"] = "cosine"
+    with pytest.raises(declared.UndeclaredConfig, match="gp_schedule: declared 'constant'"):
+        declared.check_declared("vit", "approx-0.1", SEED, run)
+
+
+def test_plan_runs_every_arm_of_a_seed_before_the_next_seed_rotating_the_first():
+    plan = design.plan({"vit": 3})
+    arms = design.arms_of("vit")
+    assert [s for _, _, s in plan] == [0] * len(arms) + [1] * len(arms) + [2] * len(arms)
+    assert [a for _, a, s in plan if s == 1] == [*arms[1:], arms[0]]
+    assert {a for _, a, _ in plan} == set(arms) == {"exact", "approx-0.01", "approx-0.1"}
+
+
+def _fake_run(out, testbed, arm, seed, fds, classes=10):
+    """A finished run's folder: run.json as declared, metrics.jsonl and summary.json."""
+    out.mkdir(parents=True)
+    run = {"dataset": "mnist", "config": expected(testbed, arm), "code": [{"commit": "abc"}]}
+    run["config"]["seed"] = seed
+    (out / "run.json").write_text(json.dumps(run))
+    lines = [
+        {
+            "step": 10 * (i + 1),
+            "frechet_distance": fd,
+            "classes_covered": classes,
+            "c2st_accuracy": 0.9,
+        }
+        for i, fd in enumerate(fds)
+    ]
+    (out / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
+    summary = {
+        "steps": 10 * len(fds),
+        "train_s": 1.0,
+        "frechet_distance": fds[-1],
+        "classes_covered": classes,
+        "c2st_accuracy": 0.9,
+    }
+    (out / "summary.json").write_text(json.dumps(summary))
+
+
+def test_the_study_resumes_skipping_recorded_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(declared, "RESULTS", tmp_path)
+    started = []
+
+    def fake_train(out, argv):
+        arm, seed = out.name.removeprefix("vit-").rsplit("-", 1)
+        started.append((arm, int(seed)))
+        _fake_run(out, "vit", arm, int(seed), [30.0, 20.0, 12.0, 10.0])
+        return None
+
+    monkeypatch.setattr(declared, "train", fake_train)
+    plan = [(a, s) for _, a, s in design.plan({"vit": 2})]
+    declared.run("vit", 2, tmp_path / "runs", max_runs=2)
+    assert started == plan[:2]
+    declared.run("vit", 2, tmp_path / "runs", max_runs=None)
+    assert started == plan
+    result = json.loads((tmp_path / "declared_vit.json").read_text())
+    assert [(r["arm"], r["seed"]) for r in result["runs"]] == plan
+    assert result["runs"][0]["primary"] == pytest.approx(14.0)
+    assert result["runs"][0]["collapsed"] is False
+
+
+def test_a_collapsed_run_is_recorded_as_such(tmp_path):
+    out = tmp_path / "vit-exact-0"
+    _fake_run(out, "vit", "exact", 0, [30.0, 200.0, 300.0, 479.8], classes=1)
+    record = declared.collect(out, "vit", "exact", 0, None)
+    assert record["collapsed"] is True and record["primary"] == pytest.approx(326.6, abs=0.1)
+
+
+def test_pilot_sd_and_the_seed_count_it_sets():
+    runs = []
+    ratios = [1.0, 1.5, 0.8, 1.2]
+    for seed, r in enumerate(ratios):
+        runs += [
+            {"arm": "exact", "seed": seed, "primary": 10.0 * r},
+            {"arm": "approx-0.01", "seed": seed, "primary": 10.0},
+            {"arm": "approx-0.1", "seed": seed, "primary": 10.0 * r * r},
+        ]
+    sds = declared.pilot_sd({"testbed": "vit", "runs": runs})
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 3)
+    assert sds["P1"] == pytest.approx(sd) and sds["P2"] == pytest.approx(sd)
+    assert analysis.seeds_needed(max(sds.values())) >= analysis.MIN_SEEDS
