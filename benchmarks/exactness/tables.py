@@ -11,7 +11,7 @@ figures from benchmarks/results/exactness/ (and the check's from training/check_
 import json
 import pathlib
 
-from benchmarks.exactness.report import by_row, mean_sd, summarize, summary_table
+from benchmarks.exactness.report import summary_table
 from benchmarks.tables import markdown_table
 
 DASH = "\N{EN DASH}"
@@ -96,51 +96,6 @@ def sigma_table(result):
 
 def sigma(results):
     return sigma_table(_load(results, "exactness/sigma.json"))
-
-
-def headline(results):
-    """README's sentence: each exact and approximate row's final Fréchet distance over its
-    seeds (mean ± sd), WGAN-GP's beside them, the approximation at the exact weight's collapses,
-    and the exact step's flops over the approximate one's on v5e."""
-    rows = by_row(summarize(_load(results, "exactness/study_vit.json")))
-    fd = lambda row: mean_sd(rows[row]["frechet"], "{:.0f}")
-    seeds = max(len(s["frechet"]) for s in rows.values())
-    steps = _load(results, "exactness/compiled.json")["rows"]
-    flops = {(r["row"], r["tokens"]): r["step"]["flops"] for r in steps if "step" in r}
-    ratios = [flops[("r3gan", t)] / flops[("apt-r1r2", t)] for t in (49, 196)]
-    eps2 = rows["eps2-r1r2"]
-    runs = _load(results, "exactness/study_vit.json")["runs"]
-    trained = [
-        r["frechet_distance"] for r in runs if r["row"] == "eps2-r1r2" and not r["collapsed"]
-    ]
-    rest = f" and ended at {_span(trained, '{:.1f}')} in the others" if trained else ""
-    return (
-        f"over {seeds} seed{'s' if seeds > 1 else ''} a row, exact R1 ended at a Fréchet distance "
-        f"of {fd('r3gan')} (R3GAN's R1 + R2) and {fd('stylegan2-lazy')} (StyleGAN2-ADA's lazy "
-        f"R1), APT's approximate R1 at {fd('apt-r1r2')} (R1 + R2) and {fd('apt')} (R1), WGAN-GP "
-        f"at {fd('wgan-gp')}; the approximation taken at the exact weight collapsed in "
-        f"{eps2['collapsed']} of {eps2['runs']}{rest}; the exact step costs "
-        f"{_span(ratios, '{:.2f}')}x the approximate step's flops on a v5e. With the conv critic "
-        f"{_conv_rows(results)}"
-    )
-
-
-def _conv_rows(results):
-    """The conv critic's lead rows: collapses and Fréchet distance (mean ± sd) over seeds."""
-    rows = by_row(summarize(_load(results, "exactness/study_conv.json")))
-    seeds = max(s["runs"] for s in rows.values())
-
-    def row(name, label):
-        s = rows[name]
-        return (
-            f"{label} collapsed in {s['collapsed']} of {s['runs']} "
-            f"(Fréchet {mean_sd(s['frechet'], '{:.0f}')})"
-        )
-
-    return (
-        f"({seeds} seeds) {row('r3gan', 'exact R1 + R2')}, "
-        f"{row('apt-r1r2', 'the approximate one')}, {row('wgan-gp', 'WGAN-GP')}"
-    )
 
 
 def check_isa(results):
