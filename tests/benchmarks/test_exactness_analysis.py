@@ -75,8 +75,8 @@ def test_seed_count_from_the_pilot_sd():
     assert analysis.seeds_needed(0.05) == analysis.MIN_SEEDS
     for s in (0.3, 0.6, 1.0):  # past the 10-seed floor
         n = analysis.seeds_needed(s)
-        assert analysis.detectable_ratio(s, n) <= analysis.RATIO < analysis.detectable_ratio(
-            s, n - 1
+        assert (
+            analysis.detectable_ratio(s, n) <= analysis.RATIO < analysis.detectable_ratio(s, n - 1)
         )
 
 

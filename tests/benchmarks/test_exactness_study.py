@@ -94,7 +94,7 @@ def test_the_refusal_names_each_field_declared_and_resolved():
     with pytest.raises(study.UndeclaredConfig) as refused:
         study.check_declared("apt, seed 7", "conv", arm, SEED, STEPS, run)
     assert refused.value.differences == [
-        ("lr_d", 5e-4, 1e-3),
+        ("lr_d", defaults.MNIST.fields["lr_d"], 1e-3),
         ("gp_schedule", "constant", "cosine"),
         ("gp_weight_final", None, 0.1),
     ]
@@ -102,7 +102,7 @@ def test_the_refusal_names_each_field_declared_and_resolved():
     assert message.startswith("apt, seed 7: the resolved configuration is not the arm's")
     assert "gp_schedule: declared 'constant', resolved 'cosine'" in message
     assert "gp_weight_final: declared None, resolved 0.1" in message
-    assert "lr_d: declared 0.0005, resolved 0.001" in message
+    assert "lr_d: declared 0.0002, resolved 0.001" in message
     with pytest.raises(study.UndeclaredConfig, match="dataset: declared 'mnist', resolved"):
         study.check_declared("apt", "conv", arm, SEED, STEPS, {**run, "dataset": "digits"})
 

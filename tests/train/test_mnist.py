@@ -148,7 +148,7 @@ def test_the_mnist_recipe_trains_on_the_first_half(critic):
     config = default_config("mnist", critic=critic)
     assert recipe("mnist", critic) is (MNIST if critic == "conv" else MNIST_VIT)
     assert config.total_steps == default_steps("mnist", critic) == recipe("mnist", critic).steps
-    assert (config.batch_size, config.latent_dim) == (64, 64)
+    assert (config.batch_size, config.latent_dim) == (32, 64)
     problem = build_problem("mnist", config)
     assert problem.image == (28, 28, 1)
     key = jax.random.key(0)

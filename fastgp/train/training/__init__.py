@@ -1,6 +1,7 @@
 """The trainers: the sharded GAN trainer and the one-device oracle it must equal.
 
     state.py          TrainConfig, TrainState, initialisation, optimisers and the RNG derivation
+    averaging.py      the generator's parameter average, the last step of its optimiser
     trainer.py        the shard_map GAN trainer
     naive_trainer.py  the oracle: GAN training written plainly, on one device
     fusion.py         whether Trainer.run fuses its iterations into one lax.scan by default
