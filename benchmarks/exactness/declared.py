@@ -7,13 +7,14 @@ resumable, each checked against its arm's declaration; the pilot's seed count.
     -> benchmarks/results/exactness/declared_<testbed>.json
 
 ``run`` executes ``design.plan`` for the testbed up to ``--seeds`` seeds, in its order, one
-``fastgp train`` at a time (the clock of a run is read with nothing else training). A run already
-in the results file is skipped; a run whose output folder holds checkpoints but no summary
-continues from its newest one (``--resume``), so the study goes on where it stopped. Before a run
-starts, the configuration its flags resolve to must equal its declaration: the testbed's recipe
-(``fastgp train --dataset mnist --critic C``, never a recipe taken by name), the run's seed, the
-backend and the arm's fields; the run's own run.json is checked again when it ends
-(``UndeclaredConfig`` names each field that differs). Each recorded run keeps its resolved
+``fastgp train`` at a time (the clock of a run is read with nothing else training). Every run
+already in the results file must still be its arm's declaration (a recipe changed since makes a new
+study, never a pooled one: ``UndeclaredConfig``), and is skipped; a run whose output folder holds
+checkpoints but no summary continues from its newest one (``--resume``), so the study goes on where
+it stopped. Before a run starts, the configuration its flags resolve to must equal its declaration:
+the testbed's recipe (``fastgp train --dataset mnist --critic C``, never a recipe taken by name),
+the run's seed, the backend and the arm's fields; the run's own run.json is checked again when it
+ends (``UndeclaredConfig`` names each field that differs). Each recorded run keeps its resolved
 configuration, every commit that trained it (run.json's ``code``), its evaluations and its final
 quality.
 
@@ -196,6 +197,8 @@ def run(testbed: str, seeds: int, runs_dir: pathlib.Path, max_runs: int | None) 
     """Execute the testbed's plan up to ``seeds`` seeds, skipping recorded runs; each new run
     is checked before it starts and recorded when it ends."""
     result = load(testbed)
+    for earlier in result["runs"]:  # the recipe or a declaration changed since: a new study
+        check_declared(testbed, earlier["arm"], earlier["seed"], {"dataset": "mnist", **earlier})
     done = recorded(result)
     todo = [p for p in design.plan({testbed: seeds}) if (p[1], p[2]) not in done]
     for _, arm, seed in todo[:max_runs]:

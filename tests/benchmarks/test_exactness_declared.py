@@ -128,6 +128,16 @@ def test_the_study_resumes_skipping_recorded_runs(tmp_path, monkeypatch):
     assert result["runs"][0]["collapsed"] is False
 
 
+def test_runs_of_another_recipe_are_never_pooled(tmp_path, monkeypatch):
+    monkeypatch.setattr(declared, "RESULTS", tmp_path)
+    old = {"arm": "exact", "seed": 0, "config": {**expected("vit", "exact"), "seed": 0}}
+    old["config"]["batch_size"] = 64  # the recipe as it was
+    (tmp_path / "declared_vit.json").write_text(json.dumps({"testbed": "vit", "runs": [old]}))
+    monkeypatch.setattr(declared, "train", lambda out, argv: pytest.fail("a run started"))
+    with pytest.raises(declared.UndeclaredConfig, match="batch_size: declared 32, resolved 64"):
+        declared.run("vit", 1, tmp_path / "runs", max_runs=None)
+
+
 def test_a_collapsed_run_is_recorded_as_such(tmp_path):
     out = tmp_path / "vit-exact-0"
     _fake_run(out, "vit", "exact", 0, [30.0, 200.0, 300.0, 479.8], classes=1)
