@@ -53,7 +53,10 @@ def collapsed(run: dict[str, Any]) -> bool:
 
 
 def paired_ratio(
-    a: Sequence[float], b: Sequence[float], resamples: int = 10_000, seed: int = 0
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    resamples: int = 10_000,
+    seed: int = 0,
 ) -> tuple[float, float, float]:
     """(ratio, low, high): the geometric mean over pairs of ``a[i] / b[i]`` and its 95 %
     percentile bootstrap interval (``resamples`` draws of the pairs with replacement, numpy

@@ -146,7 +146,9 @@ class OutsideScorer:
         """(features (N, 84), logits (N, 10)) as float64 numpy."""
         x = np.asarray(samples, np.float32).reshape((-1,) + MNIST_SHAPE)
         parts = [self._embed(jnp.asarray(x[i : i + 500])) for i in range(0, len(x), 500)]
-        return tuple(np.concatenate([np.asarray(p[j], np.float64) for p in parts]) for j in (0, 1))
+        features = np.concatenate([np.asarray(p[0], np.float64) for p in parts])
+        logits = np.concatenate([np.asarray(p[1], np.float64) for p in parts])
+        return features, logits
 
     def _set_distances(self, features: np.ndarray) -> list[float]:
         sets = len(features) // SET_SIZE
@@ -173,7 +175,11 @@ class OutsideScorer:
 def _blurred(images: np.ndarray) -> np.ndarray:
     """3x3 box blur of (N, 28, 28, 1) images, background (-1) beyond the border."""
     padded = np.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-1.0)
-    return sum(padded[:, i : i + 28, j : j + 28] for i in range(3) for j in range(3)) / 9.0
+    total = np.zeros_like(images)
+    for i in range(3):
+        for j in range(3):
+            total += padded[:, i : i + 28, j : j + 28]
+    return total / 9.0
 
 
 def calibration_rows(seed: int = 0) -> dict[str, np.ndarray]:

@@ -7,6 +7,7 @@ by the runner's own functions."""
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -130,7 +131,8 @@ def test_the_study_resumes_skipping_recorded_runs(tmp_path, monkeypatch):
 
 def test_runs_of_another_recipe_are_never_pooled(tmp_path, monkeypatch):
     monkeypatch.setattr(declared, "RESULTS", tmp_path)
-    old = {"arm": "exact", "seed": 0, "config": {**expected("vit", "exact"), "seed": 0}}
+    old: dict[str, Any] = {"arm": "exact", "seed": 0}
+    old["config"] = {**expected("vit", "exact"), "seed": 0}
     old["config"]["batch_size"] = 64  # the recipe as it was
     (tmp_path / "declared_vit.json").write_text(json.dumps({"testbed": "vit", "runs": [old]}))
     monkeypatch.setattr(declared, "train", lambda out, argv: pytest.fail("a run started"))

@@ -1,6 +1,8 @@
 """The generator's parameter average: the float64 recurrence it must equal, that it leaves
 training alone, and where samples come from."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,7 +65,7 @@ def test_samples_come_from_the_average_once_it_has_a_step():
 
 
 def test_config_wraps_only_the_generator_and_only_when_asked():
-    base = dict(total_steps=10, decay_fraction=0.5)
+    base: dict[str, Any] = {"total_steps": 10, "decay_fraction": 0.5}
     params = {"w": jnp.zeros(2)}
     g_off, _ = optimizers(TrainConfig(**base))
     g_on, d_on = optimizers(TrainConfig(**base, g_average=5))

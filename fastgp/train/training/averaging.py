@@ -21,11 +21,11 @@ import optax
 
 
 class AverageState(NamedTuple):
-    """The running sum ``total`` (the parameters' pytree, float32) and the steps ``count``
-    (int32 scalar)."""
+    """The running sum ``total`` (the parameters' pytree, float32) and the steps it holds,
+    ``steps`` (int32 scalar)."""
 
     total: Any
-    count: jax.Array
+    steps: jax.Array
 
 
 def decay(half_life: int) -> float:
@@ -46,7 +46,7 @@ def _average(half_life: int) -> optax.GradientTransformation:
             raise ValueError("the parameter average needs the parameters: pass params to update")
         new = optax.apply_updates(params, updates)
         total = jax.tree.map(lambda t, p: beta * t + (1.0 - beta) * p, state.total, new)
-        return updates, AverageState(total, state.count + 1)
+        return updates, AverageState(total, state.steps + 1)
 
     return optax.GradientTransformation(init, update)
 
@@ -59,21 +59,21 @@ def averaged(optimizer: optax.GradientTransformation, half_life: int) -> Any:
 
 def average_of(opt_state: Any, half_life: int) -> Any:
     """The debiased average parameters held by an :func:`averaged` optimiser's state; before
-    the first step (count 0) there is no average: ValueError."""
+    the first step there is no average: ValueError."""
     state = opt_state[-1]
     if not isinstance(state, AverageState):
         raise ValueError("this optimiser state holds no parameter average (half-life 0?)")
-    count = jnp.asarray(state.count)
-    if int(count) == 0:
+    steps = jnp.asarray(state.steps)
+    if int(steps) == 0:
         raise ValueError("the parameter average holds no step yet")
-    correction = 1.0 - decay(half_life) ** count.astype(jnp.float32)
+    correction = 1.0 - decay(half_life) ** steps.astype(jnp.float32)
     return jax.tree.map(lambda t: t / correction, state.total)
 
 
 def sampling_params(state: Any, half_life: int) -> Any:
     """The generator parameters a run's samples come from: with ``half_life`` >= 1 the average
     in ``state.g_opt`` once it holds a step, else ``state.g_params``."""
-    if half_life == 0 or int(state.g_opt[-1].count) == 0:
+    if half_life == 0 or int(state.g_opt[-1].steps) == 0:
         return state.g_params
     return average_of(state.g_opt, half_life)
 
