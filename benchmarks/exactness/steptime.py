@@ -3,7 +3,11 @@
     JAX_PLATFORMS=cpu python -m benchmarks.exactness.steptime [--critic vit] [--repeats 5]
         [--iterations 5] [--rows ...]
     -> benchmarks/results/exactness/steptime_<critic>.{json,md}
+    JAX_PLATFORMS=cpu python -m benchmarks.exactness.steptime --declared vit
+    -> benchmarks/results/exactness/steptime_declared_<testbed>.{json,md}
 
+``--declared TESTBED`` times the arms of the declared study on that testbed (docs/study.md;
+``benchmarks.exactness.declared.run_argv``'s flags) in place of the first study's rows.
 Each row's ``fastgp train --dataset mnist`` flags (``benchmarks.exactness.study.rows``) are parsed
 by the command's own parser into its ``TrainConfig``; the row's ``Trainer`` on one CPU device runs
 ``--iterations`` generator iterations ``--repeats`` times after a compiling warm-up, the rows
@@ -22,7 +26,9 @@ import jax
 
 import benchmarks
 from benchmarks import records
+from benchmarks.exactness import design
 from benchmarks.exactness.compiled import config_of
+from benchmarks.exactness.declared import arm_of, flags_of
 from benchmarks.exactness.study import ROWS, rows
 from benchmarks.exactness.tables import steptime_table
 from fastgp.train.recipes.defaults import build_problem
@@ -99,13 +105,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight", type=float, default=1.0)
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--declared", choices=tuple(design.TESTBEDS))
     args = parser.parse_args(argv)
-    out = RESULTS / f"steptime_{args.critic}"
-    result = records.runs(out, sys.argv[1:] if argv is None else list(argv), append=False)
-    flags = rows(args.weight)
-    chosen = {row: flags[row] for row in args.rows}
-    for timed in time_rows(args.critic, chosen, args.iterations, args.repeats):
-        records.add_run(out, result, timed, markdown)
+    if args.declared:
+        critic, out = design.TESTBEDS[args.declared].critic, f"steptime_declared_{args.declared}"
+        chosen = {
+            arm: flags_of(arm_of(args.declared, arm)) for arm in design.arms_of(args.declared)
+        }
+    else:
+        critic, out = args.critic, f"steptime_{args.critic}"
+        flags = rows(args.weight)
+        chosen = {row: flags[row] for row in args.rows}
+    result = records.runs(RESULTS / out, sys.argv[1:] if argv is None else list(argv), append=False)
+    for timed in time_rows(critic, chosen, args.iterations, args.repeats):
+        records.add_run(RESULTS / out, result, timed, markdown)
     return 0
 
 
