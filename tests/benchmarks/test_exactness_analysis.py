@@ -86,3 +86,26 @@ def test_seed_count_from_the_pilot_sd():
 )
 def test_verdict_follows_the_interval(low, high, expected):
     assert analysis.verdict(low, high) == expected
+
+
+def _run(arm, seed, primary, collapsed=False):
+    return {"arm": arm, "seed": seed, "primary": primary, "collapsed": collapsed}
+
+
+def test_the_report_pairs_seeds_and_draws_a_verdict_only_when_powered():
+    from benchmarks.exactness import declared_report
+
+    exact = [10.0, 12.0, 9.0, 11.0, 10.5, 9.5, 12.5, 10.0, 11.5, 9.0, 10.0]
+    runs = [_run("exact", s, v) for s, v in enumerate(exact)]
+    runs += [_run("approx-0.01", s, 2 * v) for s, v in enumerate(exact[:10])]
+    runs += [_run("approx-0.1", s, v, collapsed=s == 0) for s, v in enumerate(exact[:3])]
+    rows = {r["comparison"]: r for r in declared_report.comparison_rows({"vit": {"runs": runs}})}
+    assert set(rows) == {"P1", "P2"}
+    p1, p2 = rows["P1"], rows["P2"]
+    assert p1["seeds"] == 10 and p1["ratio"] == pytest.approx((0.5, 0.5, 0.5))
+    assert p1["verdict"] == "lower"
+    assert p2["seeds"] == 3 and p2["verdict"] == "unpowered"
+    assert p2["collapsed"] == [0, 1] and p2["sign_test_p"] == 1.0
+    assert p2["ratio_without_collapses"] == pytest.approx((1.0, 1.0, 1.0))
+    lines = declared_report.markdown({"vit": {"runs": runs}})
+    assert len(lines) == 4 and "P1 (vit)" in lines[2] and "unpowered" in lines[3]

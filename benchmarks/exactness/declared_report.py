@@ -1,0 +1,109 @@
+"""The declared study's report (docs/study.md, "Analysis and report"), from its results files.
+
+    comparison_rows(results)  -> one dict per comparison with paired seeds in ``results``
+                                 (testbed -> the declared_<testbed>.json contents)
+    markdown(results)         -> the page's table lines
+
+A comparison's seeds are those where both arms recorded a primary metric. Per arm: the mean and
+standard deviation of the primary metric and the collapses with their Wilson interval; per pair:
+the geometric-mean ratio first / second with its bootstrap interval, the same over the pairs
+where neither collapsed, the sign test on the discordant collapses, the verdict the interval
+allows, and the ratio the seeds could detect at the declared power given the pairs' spread.
+A comparison with fewer than ``analysis.MIN_SEEDS`` pairs is marked unpowered: its interval is
+shown, no verdict is drawn.
+"""
+
+import math
+from typing import Any
+
+import numpy as np
+
+from benchmarks.exactness import analysis, design
+from benchmarks.tables import markdown_table
+
+
+def _pairs(result: dict[str, Any], first: str, second: str) -> list[tuple[dict, dict]]:
+    by = {(r["arm"], r["seed"]): r for r in result["runs"] if "primary" in r}
+    seeds = sorted({s for a, s in by if a == first} & {s for a, s in by if a == second})
+    return [(by[first, s], by[second, s]) for s in seeds]
+
+
+def comparison_rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each declared comparison with at least 2 paired seeds in ``results``, analysed."""
+    rows = []
+    for c in design.COMPARISONS:
+        pairs = _pairs(results.get(c.testbed, {"runs": []}), c.first, c.second)
+        if len(pairs) < 2:
+            continue
+        a = [p[0]["primary"] for p in pairs]
+        b = [p[1]["primary"] for p in pairs]
+        ratio, low, high = analysis.paired_ratio(a, b)
+        kept = [(x, y) for x, y in pairs if not (x["collapsed"] or y["collapsed"])]
+        clean = (
+            analysis.paired_ratio([x["primary"] for x, _ in kept], [y["primary"] for _, y in kept])
+            if len(kept) >= 2
+            else None
+        )
+        collapsed = [sum(p[i]["collapsed"] for p in pairs) for i in (0, 1)]
+        only_first = sum(x["collapsed"] and not y["collapsed"] for x, y in pairs)
+        only_second = sum(y["collapsed"] and not x["collapsed"] for x, y in pairs)
+        sd = float(np.std(np.log(a) - np.log(b), ddof=1))
+        powered = len(pairs) >= analysis.MIN_SEEDS
+        rows.append(
+            {
+                "comparison": c.name,
+                "testbed": c.testbed,
+                "first": c.first,
+                "second": c.second,
+                "seeds": len(pairs),
+                "mean": (float(np.mean(a)), float(np.mean(b))),
+                "sd": (float(np.std(a, ddof=1)), float(np.std(b, ddof=1))),
+                "ratio": (ratio, low, high),
+                "ratio_without_collapses": clean,
+                "collapsed": collapsed,
+                "wilson": [analysis.wilson(k, len(pairs)) for k in collapsed],
+                "sign_test_p": analysis.sign_test(only_first, only_second),
+                "detectable_ratio": analysis.detectable_ratio(sd, len(pairs)),
+                "verdict": analysis.verdict(low, high) if powered else "unpowered",
+            }
+        )
+    return rows
+
+
+def _interval(triple: tuple[float, float, float] | None) -> str:
+    if triple is None:
+        return "—"
+    ratio, low, high = triple
+    return f"{ratio:.2f} ({low:.2f} to {high:.2f})"
+
+
+def _rate(k: int, n: int, interval: tuple[float, float]) -> str:
+    return f"{k} of {n} ({interval[0]:.2f} to {interval[1]:.2f})"
+
+
+def markdown(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The report's table: one line per analysed comparison."""
+    head = ["comparison", "arms", "seeds", "Fréchet, first", "Fréchet, second"]
+    head += ["ratio (95 % CI)", "without collapses", "collapsed, first", "collapsed, second"]
+    head += ["sign test p", "detectable", "verdict"]
+    lines = []
+    for r in comparison_rows(results):
+        n = r["seeds"]
+        lines.append(
+            [
+                f"{r['comparison']} ({r['testbed']})",
+                f"{r['first']} / {r['second']}",
+                n,
+                *(f"{m:.1f} ± {s:.1f}" for m, s in zip(r["mean"], r["sd"], strict=True)),
+                _interval(r["ratio"]),
+                _interval(r["ratio_without_collapses"]),
+                *(_rate(k, n, w) for k, w in zip(r["collapsed"], r["wilson"], strict=True)),
+                f"{r['sign_test_p']:.2f}",
+                f"{r['detectable_ratio']:.2f}x" if math.isfinite(r["detectable_ratio"]) else "—",
+                r["verdict"],
+            ]
+        )
+    return markdown_table(head, lines)
+
+
+__all__ = ["comparison_rows", "markdown"]
