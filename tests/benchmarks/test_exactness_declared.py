@@ -162,3 +162,17 @@ def test_pilot_sd_and_the_seed_count_it_sets():
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 3)
     assert sds["P1"] == pytest.approx(sd) and sds["P2"] == pytest.approx(sd)
     assert analysis.seeds_needed(max(sds.values())) >= analysis.MIN_SEEDS
+
+
+def test_the_report_page_renders_what_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr(declared, "RESULTS", tmp_path)
+    assert "nothing yet" in declared.write_report().read_text()
+    runs = [
+        {"arm": arm, "seed": s, "primary": 10.0 + s + (arm == "exact"), "collapsed": False}
+        for s in range(3)
+        for arm in ("exact", "approx-0.01")
+    ]
+    (tmp_path / "declared_vit.json").write_text(json.dumps({"testbed": "vit", "runs": runs}))
+    page = declared.write_report().read_text()
+    assert "vit: 6 runs" in page and "| P1 (vit) | exact / approx-0.01 | 3 |" in page
+    assert "unpowered" in page
