@@ -1,8 +1,9 @@
 """Where approximate R1 stops agreeing with exact R1: a sigma sweep on the study's trained critics.
 
     JAX_PLATFORMS=cpu python -m benchmarks.exactness.sigma RUN_DIR [RUN_DIR ...]
-        [--sigmas 1e-4 1e-3 1e-2 3e-2 0.1 0.3 1] [--draws 8] [--batch 64]
-    -> benchmarks/results/exactness/sigma.{json,md}
+        [--sigmas 1e-4 1e-3 1e-2 3e-2 0.1 0.3 1] [--draws 8] [--batch 64] [--along NAME]
+    -> benchmarks/results/exactness/sigma.{json,md}, or NAME.json with --along (every
+       checkpoint of each run: the cosine along training)
 
 RUN_DIR is a ``fastgp train --dataset mnist`` output (``benchmarks.exactness.study --keep``), named
 in the table by its loss and penalty: its newest checkpoint's critic, on ``--batch`` held-out real
@@ -35,15 +36,25 @@ from fastgp.train.training.state import TrainConfig, init_state
 RESULTS = benchmarks.RESULTS / "exactness"
 
 
-def trained_critic(run_dir: pathlib.Path) -> tuple[TrainConfig, Any, Any]:
-    """(config, critic Model, critic parameters) of a run's newest checkpoint."""
+def trained_critic(run_dir: pathlib.Path, step: int | None = None) -> tuple[TrainConfig, Any, Any]:
+    """(config, critic Model, critic parameters) of a run's checkpoint ``step`` (None: its
+    newest)."""
     run = json.loads((run_dir / "run.json").read_text())
     config = TrainConfig(**{**run["config"], "betas": tuple(run["config"]["betas"])})
     problem = build_problem("mnist", config)
     template = init_state(config, problem.generator, problem.critic)
     checkpoints = Checkpoints(run_dir / "checkpoints")
-    state = checkpoints.state(checkpoints.latest_step(), template)
+    state = checkpoints.state(checkpoints.latest_step() if step is None else step, template)
+    checkpoints.close()
     return config, problem.critic, state.d_params
+
+
+def checkpoint_steps(run_dir: pathlib.Path) -> list[int]:
+    """The steps of a run's checkpoints, oldest first."""
+    checkpoints = Checkpoints(run_dir / "checkpoints")
+    steps = checkpoints.steps()
+    checkpoints.close()
+    return steps
 
 
 def _cosine(a: Any, b: Any) -> float:
@@ -51,9 +62,11 @@ def _cosine(a: Any, b: Any) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def sweep(run_dir: pathlib.Path, sigmas: list[float], draws: int, batch: int) -> list[dict]:
-    """The sweep's rows for one trained critic."""
-    config, critic, params = trained_critic(run_dir)
+def sweep(
+    run_dir: pathlib.Path, sigmas: list[float], draws: int, batch: int, step: int | None = None
+) -> list[dict]:
+    """The sweep's rows for one trained critic (checkpoint ``step``; None: the newest)."""
+    config, critic, params = trained_critic(run_dir, step)
     trained_with = f"{config.loss} loss, {config.gp_kind} at {config.placement}"
     x = jnp.asarray(load_mnist("held_out")[:batch])
     apply = lambda p, y: critic.apply(p, y)
@@ -79,6 +92,7 @@ def sweep(run_dir: pathlib.Path, sigmas: list[float], draws: int, batch: int) ->
         rows.append(
             {
                 "run": trained_with,
+                **({} if step is None else {"step": step}),
                 "sigma": sigma,
                 "exact": float(value),
                 "ratio_one_draw": float(values[0] / value),
@@ -101,6 +115,23 @@ def markdown(result: dict[str, Any]) -> str:
     )
 
 
+def along(runs: list[pathlib.Path], sigmas: list[float], draws: int, batch: int, name: str) -> int:
+    """The sweep at every checkpoint of each run (the declared study's runs keep one at each
+    evaluation) -> benchmarks/results/exactness/NAME.json: each row names its run's folder and
+    step, so the cosine can be read along training."""
+    rows = [
+        {"folder": run.name, **row}
+        for run in runs
+        for step in checkpoint_steps(run)
+        for row in sweep(run, sigmas, draws, batch, step)
+    ]
+    result = {"argv": [str(r) for r in runs], "draws": draws, **records.provenance(), "rows": rows}
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    for row in rows:
+        print(json.dumps(row))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("runs", nargs="+", type=pathlib.Path)
@@ -109,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--draws", type=int, default=8)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument(
+        "--along", help="every checkpoint of each run, not the newest; results file NAME"
+    )
     args = parser.parse_args(argv)
+    if args.along:
+        return along(args.runs, args.sigmas, args.draws, args.batch, args.along)
     rows = [r for run in args.runs for r in sweep(run, args.sigmas, args.draws, args.batch)]
     argv_used = sys.argv[1:] if argv is None else list(argv)
     result = {"argv": argv_used, "draws": args.draws, **records.provenance(), "rows": rows}
