@@ -44,7 +44,10 @@ def trained_critic(run_dir: pathlib.Path, step: int | None = None) -> tuple[Trai
     problem = build_problem("mnist", config)
     template = init_state(config, problem.generator, problem.critic)
     checkpoints = Checkpoints(run_dir / "checkpoints")
-    state = checkpoints.state(checkpoints.latest_step() if step is None else step, template)
+    chosen = checkpoints.latest_step() if step is None else step
+    if chosen is None:
+        raise ValueError(f"{run_dir} holds no checkpoint")
+    state = checkpoints.state(chosen, template)
     checkpoints.close()
     return config, problem.critic, state.d_params
 
