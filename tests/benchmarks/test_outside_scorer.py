@@ -27,7 +27,9 @@ def test_damage_scores_in_order_of_its_severity(scorer):
     assert real == pytest.approx(scorer.floor, abs=1e-4)  # the row is rounded to 4 places
     noise = [rows[f"real + noise {s}"]["frechet"] for s in outside_scorer.NOISE_SIGMAS]
     assert real < noise[0] and all(a < b for a, b in itertools.pairwise(noise))
-    assert rows["real, one class (3)"]["classes"] == 1
+    one = scorer(outside_scorer.calibration_rows(0)["real, one class (3)"])
+    # the CNN labels about 9 in 10 of the 3s as 3s (its accuracy on digits it never saw: 0.95)
+    assert int(np.argmax(one["histogram"])) == 3 and max(one["histogram"]) > 0.8 * 2000
     assert rows["real, one class (3)"]["frechet"] > 10 * real
     assert rows["real + noise 0.1"]["classes"] == 10
 
