@@ -163,6 +163,12 @@ def collect(out: pathlib.Path, testbed: str, arm: str, seed: int, failure: str |
         for line in lines
         if "frechet_distance" in line
     ]
+    steps = [e["step"] for e in evaluations]
+    if steps != sorted(set(steps)):
+        raise ValueError(
+            f"{out}: its metrics.jsonl evaluates steps {steps}, not once each in order (two "
+            "trainers wrote into one folder?); the run is not added: remove the folder and rerun"
+        )
     record = {
         "testbed": testbed,
         "arm": arm,

@@ -140,6 +140,15 @@ def test_runs_of_another_recipe_are_never_pooled(tmp_path, monkeypatch):
         declared.run("vit", 1, tmp_path / "runs", max_runs=None)
 
 
+def test_a_log_written_twice_is_refused(tmp_path):
+    out = tmp_path / "vit-exact-0"
+    _fake_run(out, "vit", "exact", 0, [30.0, 20.0, 12.0, 10.0])
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text("\n".join([lines[0], *lines]))
+    with pytest.raises(ValueError, match=r"evaluates steps \[10, 10, 20"):
+        declared.collect(out, "vit", "exact", 0, None)
+
+
 def test_a_collapsed_run_is_recorded_as_such(tmp_path):
     out = tmp_path / "vit-exact-0"
     _fake_run(out, "vit", "exact", 0, [30.0, 200.0, 300.0, 479.8], classes=1)
