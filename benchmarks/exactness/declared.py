@@ -4,8 +4,9 @@ resumable, each checked against its arm's declaration; the pilot's seed count.
     JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared run --testbed vit --seeds 4
         [--runs-dir runs/declared] [--max-runs N]
     JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared pilot
-    JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared report
-    -> benchmarks/results/exactness/declared_<testbed>.json, declared.md (report)
+    JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared report [--runs-dir runs/declared]
+    -> runs/declared/declared_<testbed>.json as the runs go (live, untracked); ``report``
+       publishes them to benchmarks/results/exactness/ with declared.md
 
 ``run`` executes ``design.plan`` for the testbed up to ``--seeds`` seeds, in its order, one
 ``fastgp train`` at a time (the clock of a run is read with nothing else training). Every run
@@ -47,8 +48,11 @@ RESULTS = benchmarks.RESULTS / "exactness"
 RUNS_DIR = pathlib.Path("runs") / "declared"
 
 
-def results_file(testbed: str) -> pathlib.Path:
-    return RESULTS / f"declared_{testbed}.json"
+def results_file(testbed: str, runs_dir: pathlib.Path | None = None) -> pathlib.Path:
+    """The testbed's results: the published file in benchmarks/results, or with ``runs_dir`` the
+    live one the runs append to there (outside the tracked tree, so that a run's own record never
+    makes the next run's checkout dirty)."""
+    return (RESULTS if runs_dir is None else runs_dir) / f"declared_{testbed}.json"
 
 
 def _plain(value: Any) -> Any:
@@ -139,11 +143,12 @@ def resolved_run(argv: list[str]) -> dict[str, Any]:
     return {"dataset": dataset, "config": _plain(dataclasses.asdict(config))}
 
 
-def load(testbed: str) -> dict[str, Any]:
-    """The testbed's results so far (an empty study where none)."""
-    path = results_file(testbed)
-    if path.exists():
-        return json.loads(path.read_text())
+def load(testbed: str, runs_dir: pathlib.Path = RUNS_DIR) -> dict[str, Any]:
+    """The testbed's results so far: the live file in ``runs_dir``, else the published one, else
+    an empty study."""
+    for path in (results_file(testbed, runs_dir), results_file(testbed)):
+        if path.exists():
+            return json.loads(path.read_text())
     return {"testbed": testbed, "design": "docs/study.md", "runs": []}
 
 
@@ -203,7 +208,7 @@ def train(out: pathlib.Path, argv: list[str]) -> str | None:
 def run(testbed: str, seeds: int, runs_dir: pathlib.Path, max_runs: int | None) -> int:
     """Execute the testbed's plan up to ``seeds`` seeds, skipping recorded runs; each new run
     is checked before it starts and recorded when it ends."""
-    result = load(testbed)
+    result = load(testbed, runs_dir)
     for earlier in result["runs"]:  # the recipe or a declaration changed since: a new study
         check_declared(testbed, earlier["arm"], earlier["seed"], {"dataset": "mnist", **earlier})
     done = recorded(result)
@@ -218,8 +223,9 @@ def run(testbed: str, seeds: int, runs_dir: pathlib.Path, max_runs: int | None) 
         record = collect(out, testbed, arm, seed, failure)
         result["runs"].append(record)
         result.update(records.provenance())
-        results_file(testbed).parent.mkdir(parents=True, exist_ok=True)
-        results_file(testbed).write_text(json.dumps(result, indent=1) + "\n")
+        live = results_file(testbed, runs_dir)
+        live.parent.mkdir(parents=True, exist_ok=True)
+        live.write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps({k: record.get(k) for k in ("arm", "seed", "primary", "collapsed")}))
     return 0
 
@@ -241,12 +247,16 @@ def pilot_sd(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def write_report() -> pathlib.Path:
-    """benchmarks/results/exactness/declared.md: the runs so far and each comparison's analysis
-    (``declared_report``), from every testbed's results file."""
+def write_report(runs_dir: pathlib.Path = RUNS_DIR) -> pathlib.Path:
+    """Publish: each testbed's results so far (live in ``runs_dir``, else as published) into
+    benchmarks/results/exactness/declared_<testbed>.json, and declared.md, the runs so far and
+    each comparison's analysis (``declared_report``)."""
     from benchmarks.exactness import declared_report
 
-    results = {t: load(t) for t in design.TESTBEDS if results_file(t).exists()}
+    results = {t: load(t, runs_dir) for t in design.TESTBEDS}
+    results = {t: r for t, r in results.items() if r["runs"]}
+    for testbed, result in results.items():
+        results_file(testbed).write_text(json.dumps(result, indent=1) + "\n")
     counts = "; ".join(f"{t}: {len(r['runs'])} runs" for t, r in results.items())
     lines = [
         "# The declared exactness study: its runs so far",
@@ -275,12 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--runs-dir", type=pathlib.Path, default=RUNS_DIR)
     go.add_argument("--max-runs", type=int, help="stop after this many new runs")
     sub.add_parser("pilot", help="the pilot's sd and the seed count it sets")
-    sub.add_parser("report", help="write benchmarks/results/exactness/declared.md")
+    report = sub.add_parser("report", help="publish the results and declared.md")
+    report.add_argument("--runs-dir", type=pathlib.Path, default=RUNS_DIR)
     args = parser.parse_args(argv)
     if args.command == "run":
         return run(args.testbed, args.seeds, args.runs_dir, args.max_runs)
     if args.command == "report":
-        write_report()
+        write_report(args.runs_dir)
         return 0
     sds = pilot_sd(load("vit"))
     largest = max(sds.values())

@@ -123,8 +123,9 @@ def test_the_study_resumes_skipping_recorded_runs(tmp_path, monkeypatch):
     assert started == plan[:2]
     declared.run("vit", 2, tmp_path / "runs", max_runs=None)
     assert started == plan
-    result = json.loads((tmp_path / "declared_vit.json").read_text())
+    result = json.loads((tmp_path / "runs" / "declared_vit.json").read_text())
     assert [(r["arm"], r["seed"]) for r in result["runs"]] == plan
+    assert not (tmp_path / "declared_vit.json").exists()  # published only by report
     assert result["runs"][0]["primary"] == pytest.approx(14.0)
     assert result["runs"][0]["collapsed"] is False
 
@@ -175,13 +176,16 @@ def test_pilot_sd_and_the_seed_count_it_sets():
 
 def test_the_report_page_renders_what_is_recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(declared, "RESULTS", tmp_path)
-    assert "nothing yet" in declared.write_report().read_text()
+    live = tmp_path / "runs"
+    assert "nothing yet" in declared.write_report(live).read_text()
     runs = [
         {"arm": arm, "seed": s, "primary": 10.0 + s + (arm == "exact"), "collapsed": False}
         for s in range(3)
         for arm in ("exact", "approx-0.01")
     ]
-    (tmp_path / "declared_vit.json").write_text(json.dumps({"testbed": "vit", "runs": runs}))
-    page = declared.write_report().read_text()
+    live.mkdir()
+    (live / "declared_vit.json").write_text(json.dumps({"testbed": "vit", "runs": runs}))
+    page = declared.write_report(live).read_text()
+    assert json.loads((tmp_path / "declared_vit.json").read_text())["runs"] == runs
     assert "vit: 6 runs" in page and "| P1 (vit) | exact / approx-0.01 | 3 |" in page
     assert "unpowered" in page
