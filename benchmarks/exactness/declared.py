@@ -39,9 +39,14 @@ import numpy as np
 import benchmarks
 from benchmarks import records
 from benchmarks.exactness import analysis, design
-from fastgp.train.cli.main import fresh_run
+from benchmarks.exactness.declarations import (
+    UndeclaredConfig,
+    differences,
+    flags_of,
+    plain,
+    resolved_run,
+)
 from fastgp.train.recipes.defaults import recipe
-from fastgp.train.run.config import FLAGS
 from fastgp.train.training.state import TrainConfig
 
 RESULTS = benchmarks.RESULTS / "exactness"
@@ -53,28 +58,6 @@ def results_file(testbed: str, runs_dir: pathlib.Path | None = None) -> pathlib.
     live one the runs append to there (outside the tracked tree, so that a run's own record never
     makes the next run's checkout dirty)."""
     return (RESULTS if runs_dir is None else runs_dir) / f"declared_{testbed}.json"
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as JSON reads it back (tuples as lists), so that a record compares equal."""
-    return json.loads(json.dumps(value))
-
-
-def _flag_value(value: Any) -> str:
-    """A field's value as its flag takes it: numbers as short as they parse back exactly."""
-    if isinstance(value, float):
-        short = f"{value:g}"
-        return short if float(short) == value else repr(value)
-    return str(value)
-
-
-def flags_of(fields: dict[str, Any]) -> list[str]:
-    """The ``fastgp train`` flags that set ``fields`` (a flag without a value for True)."""
-    argv: list[str] = []
-    for field, value in fields.items():
-        flag = FLAGS[field]
-        argv += [flag] if value is True else [flag, _flag_value(value)]
-    return argv
 
 
 def base_fields(testbed: str) -> dict[str, Any]:
@@ -92,7 +75,7 @@ def declared_config(testbed: str, arm: str, seed: int) -> dict[str, Any]:
     """Every ``TrainConfig`` field of one run as declared, as run.json records it."""
     own = {"critic": design.TESTBEDS[testbed].critic, "seed": seed, "backend": design.BACKEND}
     fields = {**base_fields(testbed), **own, **arm_of(testbed, arm)}
-    return _plain(dataclasses.asdict(TrainConfig(**fields)))
+    return plain(dataclasses.asdict(TrainConfig(**fields)))
 
 
 def run_argv(testbed: str, arm: str, seed: int) -> list[str]:
@@ -106,28 +89,6 @@ def run_argv(testbed: str, arm: str, seed: int) -> list[str]:
     return [*argv, "--log-every", every, "--eval-every", every, "--checkpoint-every", every]
 
 
-class UndeclaredConfig(ValueError):
-    """A run whose resolved configuration is not its arm's declaration; ``differences`` holds
-    (field, declared, resolved) for each field that differs."""
-
-    def __init__(self, what: str, differences: list[tuple[str, Any, Any]]) -> None:
-        self.differences = differences
-        listed = "; ".join(f"{f}: declared {d!r}, resolved {r!r}" for f, d, r in differences)
-        super().__init__(
-            f"{what}: the resolved configuration is not the arm's declaration ({listed}); "
-            "the run is not added"
-        )
-
-
-def differences(declared: dict[str, Any], resolved: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(field, declared, resolved) for each field where the two configurations differ."""
-    declared, resolved = _plain(declared), _plain(resolved)
-    fields = [*declared, *(f for f in resolved if f not in declared)]
-    return [
-        (f, declared.get(f), resolved.get(f)) for f in fields if declared.get(f) != resolved.get(f)
-    ]
-
-
 def check_declared(testbed: str, arm: str, seed: int, run: dict[str, Any]) -> None:
     """Raise UndeclaredConfig unless ``run`` (dataset and config, as run.json holds them) is
     the declared run of ``arm`` on ``testbed`` with ``seed``."""
@@ -135,12 +96,6 @@ def check_declared(testbed: str, arm: str, seed: int, run: dict[str, Any]) -> No
     found = differences(declared, {"dataset": run.get("dataset"), **run["config"]})
     if found:
         raise UndeclaredConfig(f"{testbed}, {arm}, seed {seed}", found)
-
-
-def resolved_run(argv: list[str]) -> dict[str, Any]:
-    """What ``fastgp train ARGV`` resolves to on a fresh --out, as its run.json records it."""
-    dataset, config = fresh_run(argv)
-    return {"dataset": dataset, "config": _plain(dataclasses.asdict(config))}
 
 
 def load(testbed: str, runs_dir: pathlib.Path = RUNS_DIR) -> dict[str, Any]:

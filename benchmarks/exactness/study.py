@@ -51,9 +51,14 @@ from typing import Any
 import benchmarks
 from benchmarks import records
 from benchmarks.exactness import curve, report
-from fastgp.train.cli.main import fresh_run
+from benchmarks.exactness.declarations import (
+    UndeclaredConfig,
+    differences,
+    flags_of,
+    plain,
+    resolved_run,
+)
 from fastgp.train.recipes.defaults import recipe
-from fastgp.train.run.config import FLAGS
 from fastgp.train.training.state import TrainConfig
 
 RESULTS = benchmarks.RESULTS / "exactness"
@@ -92,23 +97,6 @@ def arms(weight: float) -> dict[str, dict[str, Any]]:
     }
 
 
-def _flag_value(value: Any) -> str:
-    """A field's value as its flag takes it: numbers as short as they parse back exactly."""
-    if isinstance(value, float):
-        short = f"{value:g}"
-        return short if float(short) == value else repr(value)
-    return str(value)
-
-
-def flags_of(fields: dict[str, Any]) -> list[str]:
-    """The ``fastgp train`` flags that set ``fields`` (a flag without a value for True)."""
-    argv: list[str] = []
-    for field, value in fields.items():
-        flag = FLAGS[field]
-        argv += [flag] if value is True else [flag, _flag_value(value)]
-    return argv
-
-
 def rows(weight: float) -> dict[str, list[str]]:
     """Each row's flags (:func:`arms`' fields); ``weight`` is the relativistic rows' R1 weight."""
     return {row: flags_of(fields) for row, fields in arms(weight).items()}
@@ -139,38 +127,11 @@ def base_fields(critic: str) -> dict[str, Any]:
     return dict(recipe(DATASET, critic).fields)
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as JSON reads it back (tuples as lists), so that a record compares equal."""
-    return json.loads(json.dumps(value))
-
-
 def declared_config(critic: str, arm: dict[str, Any], seed: int, steps: int) -> dict[str, Any]:
     """Every ``TrainConfig`` field of one run as declared: the base recipe's, the run's own
     fields and the arm's, as a run.json records them."""
     fields = {**base_fields(critic), **run_fields(critic, seed, steps), **arm}
-    return _plain(dataclasses.asdict(TrainConfig(**fields)))
-
-
-class UndeclaredConfig(ValueError):
-    """A run whose resolved configuration is not its arm's declaration; ``differences`` holds
-    (field, declared, resolved) for each field that differs."""
-
-    def __init__(self, what: str, differences: list[tuple[str, Any, Any]]) -> None:
-        self.differences = differences
-        listed = "; ".join(f"{f}: declared {d!r}, resolved {r!r}" for f, d, r in differences)
-        super().__init__(
-            f"{what}: the resolved configuration is not the arm's declaration ({listed}); "
-            "the run is not added"
-        )
-
-
-def differences(declared: dict[str, Any], resolved: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(field, declared, resolved) for each field where the two configurations differ."""
-    declared, resolved = _plain(declared), _plain(resolved)
-    fields = [*declared, *(f for f in resolved if f not in declared)]
-    return [
-        (f, declared.get(f), resolved.get(f)) for f in fields if declared.get(f) != resolved.get(f)
-    ]
+    return plain(dataclasses.asdict(TrainConfig(**fields)))
 
 
 def check_declared(
@@ -182,12 +143,6 @@ def check_declared(
     found = differences(declared, {"dataset": run.get("dataset"), **run["config"]})
     if found:
         raise UndeclaredConfig(what, found)
-
-
-def resolved_run(argv: list[str]) -> dict[str, Any]:
-    """What ``fastgp train ARGV`` resolves to on a fresh --out, as its run.json records it."""
-    dataset, config = fresh_run(argv)
-    return {"dataset": dataset, "config": _plain(dataclasses.asdict(config))}
 
 
 def admit(result: dict[str, Any], run: dict[str, Any]) -> None:
@@ -225,7 +180,7 @@ def run_one(
     argv = run_argv(critic, arm, seed, steps)
     what = f"{row}, seed {seed}, {critic} critic"
     run: dict[str, Any] = {"row": row, "critic": critic, "seed": seed, "flags": argv}
-    run["arm"] = _plain(arm)
+    run["arm"] = plain(arm)
     with tempfile.TemporaryDirectory() as scratch:
         out = pathlib.Path(keep) / f"{tag}-{row}-{seed}" if keep else pathlib.Path(scratch)
         fastgp = str(pathlib.Path(sys.executable).with_name("fastgp"))
@@ -282,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     for row, seed in jobs:  # before any run: each is what its arm declares
         steps = max(int(args.budget / clock[row]), SNAPSHOTS)
         flags = run_argv(args.critic, declared[row], seed, steps)
-        admit(result, {"row": row, "arm": _plain(declared[row])})
+        admit(result, {"row": row, "arm": plain(declared[row])})
         check_declared(row, args.critic, declared[row], seed, steps, resolved_run(flags))
     page = report.markdown
     with ThreadPoolExecutor(args.parallel) as pool:
