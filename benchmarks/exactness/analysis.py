@@ -3,6 +3,9 @@ paired ratio with its bootstrap interval, Wilson intervals, the sign test, the s
 pilot, and the verdict an interval allows.
 
     primary_metric(evaluations)      -> mean Fréchet distance over the last LAST_EVALUATIONS
+    stopped_primary(evaluations, steps) -> the same for a run that stopped on a non-finite
+                                        value: each evaluation it did not reach scores the
+                                        one-class row
     collapsed(run)                   -> bool: the declared collapse event
     paired_ratio(a, b, resamples, seed) -> (ratio, low, high): geometric mean of a / b, 95 % CI
     wilson(k, n)                     -> (low, high) 95 % interval of a proportion k / n
@@ -40,6 +43,17 @@ def primary_metric(evaluations: Sequence[dict[str, Any]]) -> float:
             f"{len(evaluations)}"
         )
     return float(np.mean([e["frechet_distance"] for e in evaluations[-LAST_EVALUATIONS:]]))
+
+
+def stopped_primary(evaluations: Sequence[dict[str, Any]], steps: Sequence[int]) -> float:
+    """The primary metric of a run that stopped on a non-finite value before its last
+    evaluation: ``steps`` are every step the run was to evaluate, and each one it did not reach
+    scores :data:`ONE_CLASS_FRECHET`, the least a collapse can score, so that the collapse counts
+    as a worse result in the paired ratio rather than a missing one (docs/study.md,
+    "Amendments")."""
+    reached = {e["step"]: e["frechet_distance"] for e in evaluations}
+    last = sorted(steps)[-LAST_EVALUATIONS:]
+    return float(np.mean([reached.get(step, ONE_CLASS_FRECHET) for step in last]))
 
 
 def collapsed(run: dict[str, Any]) -> bool:
@@ -133,6 +147,7 @@ __all__ = [
     "primary_metric",
     "seeds_needed",
     "sign_test",
+    "stopped_primary",
     "verdict",
     "wilson",
 ]

@@ -119,9 +119,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def along(runs: list[pathlib.Path], sigmas: list[float], draws: int, batch: int, name: str) -> int:
-    """The sweep at every checkpoint of each run (the declared study's runs keep one at each
-    evaluation) -> benchmarks/results/exactness/NAME.json: each row names its run's folder and
-    step, so the cosine can be read along training."""
+    """The sweep at every checkpoint of each run (a run keeps its newest three, the declared
+    study's last three evaluations) -> benchmarks/results/exactness/NAME.json: each row names its
+    run's folder and step, so the cosine can be read along training."""
     rows = [
         {"folder": run.name, **row}
         for run in runs

@@ -179,7 +179,10 @@ def test_the_report_page_renders_what_is_recorded(tmp_path, monkeypatch):
     live = tmp_path / "runs"
     assert "nothing yet" in declared.write_report(live).read_text()
     runs = [
-        {"arm": arm, "seed": s, "primary": 10.0 + s + (arm == "exact"), "collapsed": False}
+        {
+            **{"arm": arm, "seed": s, "primary": 10.0 + s + (arm == "exact"), "collapsed": False},
+            "evaluations": [{"step": 500, "frechet_distance": 10.0 + s + (arm == "exact")}],
+        }
         for s in range(3)
         for arm in ("exact", "approx-0.01")
     ]
@@ -189,3 +192,44 @@ def test_the_report_page_renders_what_is_recorded(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "declared_vit.json").read_text())["runs"] == runs
     assert "vit: 6 runs" in page and "| P1 (vit) | exact / approx-0.01 | 3 |" in page
     assert "unpowered" in page
+    assert "| 500 | 12.0 (11.0 to 13.0, 3 seeds) | 11.0 (10.0 to 12.0, 3 seeds) |" in page
+    assert "no minutes yet" in page and (tmp_path / "declared_vit.png").exists()
+    assert "gradient along the trained critics" not in page
+    cosine = {"folder": "vit-exact-0", "step": 500, "sigma": 0.01}
+    cosine |= {"cosine_one_draw": 0.5, "ratio_one_draw": 1.5}
+    (tmp_path / "declared_cosine_vit.json").write_text(json.dumps({"rows": [cosine]}))
+    (tmp_path / "steptime_declared_vit.json").write_text(
+        json.dumps({"runs": [{"row": "exact", "s_per_step": 1.2}]})
+    )
+    page = declared.write_report(live).read_text()
+    assert "| exact | 500 | 0.01 | 1 | 0.50 (0.50 to 0.50) | 1.50 (1.50 to 1.50) |" in page
+    assert "| 500 | 12.0 (11.0 to 13.0, 3 seeds), 10.0 min |" in page
+
+
+def test_a_non_finite_stop_is_a_collapse_scored_as_one_class_where_it_did_not_reach(tmp_path):
+    out = tmp_path / "vit-exact-0"
+    _fake_run(out, "vit", "exact", 0, [30.0, 20.0])
+    steps = expected("vit", "exact")["total_steps"]
+    every = steps // design.EVALUATIONS
+    evaluation = {"frechet_distance": 10.0, "classes_covered": 10, "c2st_accuracy": 0.9}
+
+    def evaluated(count):
+        lines = [{"step": every * (i + 1), **evaluation} for i in range(count)]
+        (out / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
+
+    (out / "summary.json").unlink()
+    evaluated(2)
+    record = declared.collect(out, "vit", "exact", 0, "... training diverged: critic loss NaN")
+    assert record["collapsed"] is True and record["nonfinite"]
+    assert record["primary"] == pytest.approx(analysis.ONE_CLASS_FRECHET)
+    # Stopped after its sixth evaluation: that one counts, the last two score one class.
+    evaluated(6)
+    record = declared.collect(out, "vit", "exact", 0, "training diverged")
+    assert record["primary"] == pytest.approx((10.0 + 2 * analysis.ONE_CLASS_FRECHET) / 3)
+
+
+def test_a_run_that_failed_otherwise_is_not_recorded(tmp_path):
+    out = tmp_path / "vit-exact-0"
+    _fake_run(out, "vit", "exact", 0, [30.0, 20.0])
+    with pytest.raises(RuntimeError, match=r"not on a non-finite value.*Killed"):
+        declared.collect(out, "vit", "exact", 0, "Killed")
