@@ -12,8 +12,8 @@ resumable, each checked against its arm's declaration; the pilot's seed count.
 ``fastgp train`` at a time (the clock of a run is read with nothing else training). Every run
 already in the results file must still be its arm's declaration (a recipe changed since makes a new
 study, never a pooled one: ``UndeclaredConfig``), and is skipped; a run whose output folder holds
-checkpoints but no summary continues from its newest one (``--resume``), so the study goes on where
-it stopped. Before a run starts, the configuration its flags resolve to must equal its declaration:
+checkpoints but no summary continues from its newest one (``--resume``), and one that ended before
+the study could record it is recorded, so the study goes on where it stopped. Before a run starts, the configuration its flags resolve to must equal its declaration:
 the testbed's recipe (``fastgp train --dataset mnist --critic C``, never a recipe taken by name),
 the run's seed, the backend and the arm's fields; the run's own run.json is checked again when it
 ends (``UndeclaredConfig`` names each field that differs). Each recorded run keeps its resolved
@@ -182,7 +182,8 @@ def run(testbed: str, seeds: int, runs_dir: pathlib.Path, max_runs: int | None) 
         argv = run_argv(testbed, arm, seed)
         check_declared(testbed, arm, seed, resolved_run(argv))
         out = runs_dir / f"{testbed}-{arm}-{seed}"
-        failure = train(out, argv)
+        finished = (out / "summary.json").exists()  # ended, but the study stopped before its record
+        failure = None if finished else train(out, argv)
         if failure is not None and not (out / "metrics.jsonl").exists():
             raise RuntimeError(f"{testbed}, {arm}, seed {seed} did not start: {failure}")
         record = collect(out, testbed, arm, seed, failure)

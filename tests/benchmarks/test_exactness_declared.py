@@ -130,6 +130,16 @@ def test_the_study_resumes_skipping_recorded_runs(tmp_path, monkeypatch):
     assert result["runs"][0]["collapsed"] is False
 
 
+def test_a_run_that_ended_unrecorded_is_recorded_not_trained_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(declared, "RESULTS", tmp_path)
+    arm, seed = design.plan({"vit": 1})[0][1:]
+    _fake_run(tmp_path / "runs" / f"vit-{arm}-{seed}", "vit", arm, seed, [30.0, 20.0, 12.0, 10.0])
+    monkeypatch.setattr(declared, "train", lambda out, argv: pytest.fail("trained again"))
+    declared.run("vit", 1, tmp_path / "runs", max_runs=1)
+    result = json.loads((tmp_path / "runs" / "declared_vit.json").read_text())
+    assert [(r["arm"], r["seed"], r["primary"]) for r in result["runs"]] == [(arm, seed, 14.0)]
+
+
 def test_runs_of_another_recipe_are_never_pooled(tmp_path, monkeypatch):
     monkeypatch.setattr(declared, "RESULTS", tmp_path)
     old: dict[str, Any] = {"arm": "exact", "seed": 0}
