@@ -11,14 +11,15 @@ resumable, each checked against its arm's declaration; the pilot's seed count.
 ``run`` executes ``design.plan`` for the testbed up to ``--seeds`` seeds, in its order, one
 ``fastgp train`` at a time (the clock of a run is read with nothing else training). Every run
 already in the results file must still be its arm's declaration (a recipe changed since makes a new
-study, never a pooled one: ``UndeclaredConfig``), and is skipped; a run whose output folder holds
-checkpoints but no summary continues from its newest one (``--resume``), and one that ended before
-the study could record it is recorded, so the study goes on where it stopped. Before a run starts, the configuration its flags resolve to must equal its declaration:
-the testbed's recipe (``fastgp train --dataset mnist --critic C``, never a recipe taken by name),
-the run's seed, the backend and the arm's fields; the run's own run.json is checked again when it
-ends (``UndeclaredConfig`` names each field that differs). Each recorded run keeps its resolved
-configuration, every commit that trained it (run.json's ``code``), its evaluations and its final
-quality.
+study, never a pooled one: ``UndeclaredConfig``), and is skipped; a run that has not trained all
+its steps (killed, or stopped by a signal, whose summary says ``stopped_by``) continues from its
+newest checkpoint (``--resume``), and one that ended before the study could record it is recorded,
+so the study goes on where it stopped. Before a run starts, the configuration its flags resolve to
+must equal its declaration: the testbed's recipe (``fastgp train --dataset mnist --critic C``,
+never a recipe taken by name), the run's seed, the backend and the arm's fields; the run's own
+run.json is checked again when it ends (``UndeclaredConfig`` names each field that differs). Each
+recorded run keeps its resolved configuration, every commit that trained it (run.json's
+``code``), its evaluations and its final quality.
 
 ``pilot`` reads the first ``design.PILOT_SEEDS`` seeds of P1 and P2 and prints the standard
 deviation of their paired log differences and the seed count it sets (``analysis.seeds_needed``).
@@ -150,6 +151,11 @@ def collect(out: pathlib.Path, testbed: str, arm: str, seed: int, failure: str |
         record["primary"] = analysis.stopped_primary(evaluations, planned)
         record["collapsed"] = True
         return record
+    if not ended(out):
+        raise RuntimeError(
+            f"{out} stopped before its last step, so it is not recorded; run the study again, "
+            "which continues it from its checkpoint"
+        )
     summary = json.loads((out / "summary.json").read_text())
     keep = ("steps", "train_s", "frechet_distance", "classes_covered", "c2st_accuracy")
     record.update({k: summary[k] for k in keep})
@@ -158,10 +164,20 @@ def collect(out: pathlib.Path, testbed: str, arm: str, seed: int, failure: str |
     return record
 
 
+def ended(out: pathlib.Path) -> bool:
+    """Whether the run in ``out`` trained all its steps: a summary that no signal stopped early
+    (a stopped run writes one too, with ``stopped_by``, and continues with ``--resume``)."""
+    path = out / "summary.json"
+    if not path.exists():
+        return False
+    summary = json.loads(path.read_text())
+    return "stopped_by" not in summary and summary["steps"] == summary["total_steps"]
+
+
 def train(out: pathlib.Path, argv: list[str]) -> str | None:
     """Run (or continue) one ``fastgp train`` into ``out``; None, or its stderr's end on a
     failure."""
-    resume = (out / "run.json").exists() and not (out / "summary.json").exists()
+    resume = (out / "run.json").exists() and not ended(out)
     fastgp = str(pathlib.Path(sys.executable).with_name("fastgp"))
     command = [fastgp, "train", *argv, "--no-progress", "--out", str(out)]
     command += ["--resume"] if resume else []
@@ -182,8 +198,7 @@ def run(testbed: str, seeds: int, runs_dir: pathlib.Path, max_runs: int | None) 
         argv = run_argv(testbed, arm, seed)
         check_declared(testbed, arm, seed, resolved_run(argv))
         out = runs_dir / f"{testbed}-{arm}-{seed}"
-        finished = (out / "summary.json").exists()  # ended, but the study stopped before its record
-        failure = None if finished else train(out, argv)
+        failure = None if ended(out) else train(out, argv)  # ended: the runner stopped after it
         if failure is not None and not (out / "metrics.jsonl").exists():
             raise RuntimeError(f"{testbed}, {arm}, seed {seed} did not start: {failure}")
         record = collect(out, testbed, arm, seed, failure)

@@ -7,6 +7,7 @@ by the runner's own functions."""
 
 import json
 import math
+import subprocess
 from typing import Any
 
 import pytest
@@ -98,6 +99,7 @@ def _fake_run(out, testbed, arm, seed, fds, classes=10):
     ]
     (out / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
     summary = {
+        "total_steps": 10 * len(fds),
         "steps": 10 * len(fds),
         "train_s": 1.0,
         "frechet_distance": fds[-1],
@@ -138,6 +140,31 @@ def test_a_run_that_ended_unrecorded_is_recorded_not_trained_again(tmp_path, mon
     declared.run("vit", 1, tmp_path / "runs", max_runs=1)
     result = json.loads((tmp_path / "runs" / "declared_vit.json").read_text())
     assert [(r["arm"], r["seed"], r["primary"]) for r in result["runs"]] == [(arm, seed, 14.0)]
+
+
+def test_a_run_a_signal_stopped_is_continued_not_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr(declared, "RESULTS", tmp_path)
+    arm, seed = design.plan({"vit": 1})[0][1:]
+    out = tmp_path / "runs" / f"vit-{arm}-{seed}"
+    _fake_run(out, "vit", arm, seed, [30.0, 20.0, 12.0])
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").write_text(json.dumps({**summary, "stopped_by": "SIGTERM"}))
+    with pytest.raises(RuntimeError, match="stopped before its last step"):
+        declared.collect(out, "vit", arm, seed, None)
+    commands, real_run = [], subprocess.run
+
+    def fake_run(command, **kwargs):
+        if not command[0].endswith("fastgp"):  # git, for the results' provenance
+            return real_run(command, **kwargs)
+        commands.append(command)
+        (out / "summary.json").write_text(json.dumps(summary))
+        return subprocess.CompletedProcess(command, 0, b"", b"")
+
+    monkeypatch.setattr(declared.subprocess, "run", fake_run)
+    declared.run("vit", 1, tmp_path / "runs", max_runs=1)
+    assert commands[0][-1] == "--resume"
+    result = json.loads((tmp_path / "runs" / "declared_vit.json").read_text())
+    assert [(r["arm"], r["seed"]) for r in result["runs"]] == [(arm, seed)]
 
 
 def test_runs_of_another_recipe_are_never_pooled(tmp_path, monkeypatch):
