@@ -1,4 +1,4 @@
-"""fastgp: fused, distributed, second-order-exact gradient penalties for JAX on TPU.
+"""fastgp: exact, distributed gradient penalties for GAN critics in JAX, on TPU, GPU and CPU.
 
 The library is this package minus ``fastgp.train`` (the training application):
 

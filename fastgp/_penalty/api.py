@@ -13,9 +13,8 @@ results are float32 (float64). Inside ``shard_map`` name every mesh axis the dat
 is an error. See the README for the maths.
 """
 
-import inspect
 from collections.abc import Callable
-from typing import ParamSpec, get_args
+from typing import get_args
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +34,6 @@ from fastgp.distributed import (
     varying_axes,
 )
 
-P = ParamSpec("P")
 SECOND_ORDER: tuple[SecondOrder, ...] = get_args(SecondOrder)
 # None and every RematPolicy (tests/penalty/test_penalty.py holds the keys to the type).
 REMAT_POLICIES: dict[Remat, Callable[..., bool] | None] = {
@@ -43,25 +41,6 @@ REMAT_POLICIES: dict[Remat, Callable[..., bool] | None] = {
     "nothing": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-
-
-def _penalty_alone(
-    with_norms: Callable[P, tuple[jax.Array, jax.Array]], name: str, doc: str
-) -> Callable[P, jax.Array]:
-    """The function ``name`` that returns the penalty of ``with_norms(...) -> (penalty, norms)``.
-
-    It takes ``with_norms``'s parameters, as its signature says, and has the docstring ``doc``.
-    """
-
-    def penalty(*args: P.args, **kwargs: P.kwargs) -> jax.Array:
-        value, _ = with_norms(*args, **kwargs)
-        return value
-
-    penalty.__name__ = penalty.__qualname__ = name
-    penalty.__doc__ = doc
-    signature = inspect.signature(with_norms).replace(return_annotation=jax.Array)
-    penalty.__signature__ = signature  # type: ignore[attr-defined]
-    return penalty
 
 
 def per_sample_penalties(
@@ -115,14 +94,30 @@ def penalty_and_norms_from_grads(
     return weight * global_mean(penalties, axis_name), norms
 
 
-penalty_from_grads = _penalty_alone(
-    penalty_and_norms_from_grads,
-    "penalty_from_grads",
+def penalty_from_grads(
+    grads: PyTree,
+    *,
+    kind: Kind = "wgan-gp",
+    target: float = 1.0,
+    weight: float | jax.Array = DEFAULT_WEIGHT,
+    backend: Backend = "auto",
+    axis_name: AxisName = None,
+    sample_axis_name: AxisName = None,
+) -> jax.Array:
     """``weight * mean_b p(n_b)`` over the global batch, for input-gradients already computed.
 
     Differentiable in ``grads`` to any order (the kernels' nested custom VJPs).
-    """,
-)
+    """
+    value, _ = penalty_and_norms_from_grads(
+        grads,
+        kind=kind,
+        target=target,
+        weight=weight,
+        backend=backend,
+        axis_name=axis_name,
+        sample_axis_name=sample_axis_name,
+    )
+    return value
 
 
 def remat_critic(critic: Critic, remat: Remat = None) -> Critic:
@@ -169,9 +164,19 @@ def gradient_penalty_and_norms(
     return weight * mean, norms
 
 
-gradient_penalty = _penalty_alone(
-    gradient_penalty_and_norms,
-    "gradient_penalty",
+def gradient_penalty(
+    critic: Critic,
+    x: PyTree,
+    *,
+    kind: Kind = "wgan-gp",
+    target: float = 1.0,
+    weight: float | jax.Array = DEFAULT_WEIGHT,
+    backend: Backend = "auto",
+    axis_name: AxisName = None,
+    sample_axis_name: AxisName = None,
+    second_order: SecondOrder = "reverse-over-forward",
+    remat: Remat = None,
+) -> jax.Array:
     """Gradient penalty ``weight * mean_b p(||∂D(x)_b / ∂x_b||)`` of ``critic`` at points ``x``.
 
     Args:
@@ -196,8 +201,20 @@ gradient_penalty = _penalty_alone(
 
     Returns:
       scalar float32 (float64 for float64 input).
-    """,
-)
+    """
+    value, _ = gradient_penalty_and_norms(
+        critic,
+        x,
+        kind=kind,
+        target=target,
+        weight=weight,
+        backend=backend,
+        axis_name=axis_name,
+        sample_axis_name=sample_axis_name,
+        second_order=second_order,
+        remat=remat,
+    )
+    return value
 
 
 def interpolate(

@@ -196,3 +196,13 @@ def test_every_install_line_in_the_docs_installs_this_project_with_real_extras()
         named = re.findall(r"\[([^\]]+)\]", target)
         for group in named:
             assert set(group.split(",")) <= extras, f"{line!r}: unknown extra"
+
+
+def test_the_readme_opens_with_one_short_paragraph_saying_what_fastgp_is():
+    """A reader decides from the first paragraph: at most 80 words, naming the penalties."""
+    text = (ROOT / "README.md").read_text()
+    first = text.split("\n\n")[1]  # after the title
+    assert first.startswith("fastgp computes"), first[:80]
+    assert len(first.split()) <= 80, len(first.split())
+    for kind in ("WGAN-GP", "WGAN-LP", "R1", "R2"):
+        assert kind in first

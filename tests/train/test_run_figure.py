@@ -183,16 +183,22 @@ def _texts(fig):
 
 
 def _captured_figure(monkeypatch, dataset, config, records, tmp_path):
-    """(the evaluator's arguments to plot_run, the figure drawn from them) for ``config``'s run
-    on ``dataset`` at its initial parameters."""
+    """(the evaluator's arguments to draw_run, the figure it saved) for ``config``'s run on
+    ``dataset`` at its initial parameters."""
     problem = build_problem(dataset, config)
     state = init_state(config, problem.generator, problem.critic)
     captured: dict[str, Any] = {}
-    monkeypatch.setattr(figures, "plot_run", lambda *args, **kw: captured.update(args=args, kw=kw))
+    draw = figures.draw_run
+
+    def drawn(*args, **kw):
+        captured.update(args=args)
+        return draw(*args, **kw)
+
+    monkeypatch.setattr(figures, "draw_run", drawn)
+    monkeypatch.setattr(figures, "save", lambda fig, path: captured.update(fig=fig))
     Evaluator(dataset, config, problem, 64).figure(tmp_path / "figure.png", state, records, "t")
-    _path, real, fake, norms, got_records, labels = captured["args"]
-    fig = figures.draw_run(real, fake, norms, got_records, labels, **captured["kw"])
-    return (real, fake, norms, labels, problem, state), fig
+    real, fake, norms, _records, labels = captured["args"]
+    return (real, fake, norms, labels, problem, state), captured["fig"]
 
 
 def _records(norms=True):

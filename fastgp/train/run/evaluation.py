@@ -125,14 +125,14 @@ class Evaluator:
     def figure(self, path: Any, state: Any, records: list[dict[str, Any]], title: str) -> None:
         """Write the run's figure: samples, the critic's input-gradient norms at the points its
         penalty is taken at, and the logged curves, named for the run's loss and penalty."""
-        from fastgp.train.run.figures import figure_labels, plot_run  # matplotlib, only here
+        from fastgp.train.run import figures  # matplotlib, only here
 
         g_params = sampling_params(state, self.config.g_average)
         d_params = state.d_params
         k_real, k_alpha = jax.random.split(jax.random.fold_in(self.key, 1))
         real = np.asarray(self.problem.sample_real(k_real, self.n), np.float32)
         fake = self.samples(g_params)
-        labels = figure_labels(self.config)
+        labels = figures.figure_labels(self.config)
         points = {"real": real, "fake": fake}
         if "interpolates" in labels.points:
             alpha = np.asarray(jax.random.uniform(k_alpha, (self.n,)), np.float32)
@@ -146,7 +146,8 @@ class Evaluator:
             xs, ys = np.linspace(lo[0], hi[0], 120), np.linspace(lo[1], hi[1], 120)
             mesh = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2).astype(np.float32)
             grid = (xs, ys, np.asarray(self._critic(d_params, mesh)).reshape(len(ys), len(xs)))
-        plot_run(path, real, fake, norms, records, labels, critic_grid=grid, title=title)
+        fig = figures.draw_run(real, fake, norms, records, labels, critic_grid=grid, title=title)
+        figures.save(fig, path)
 
 
 __all__ = ["DIGITS_RECORD", "Evaluator"]

@@ -1,8 +1,8 @@
 """The end-of-run figure (matplotlib, Agg): samples, critic, input-gradient norms, losses.
 
     labels = figure_labels(config)        # what the figure names, from the run's TrainConfig
-    plot_run(path, real, fake, norms, records, labels, critic_grid=None, title="")
-    draw_run(...)  -> the matplotlib Figure that plot_run writes
+    fig = draw_run(real, fake, norms, records, labels, critic_grid=None, title="")
+    save(fig, path)                       # PNG, and the figure closed
 
 2-D data: real vs generated scatter over the critic's contours (``critic_grid`` = (xs, ys, D)).
 Images (N, H, W, 1): grids of real and generated samples. Always: a histogram of the critic's
@@ -163,18 +163,8 @@ def draw_run(
     return fig
 
 
-def plot_run(
-    path: Any,
-    real: np.ndarray,
-    fake: np.ndarray,
-    norms: Mapping[str, np.ndarray],
-    records: list[dict[str, Any]],
-    labels: FigureLabels,
-    critic_grid: Any = None,
-    title: str = "",
-) -> None:
-    """Write :func:`draw_run`'s figure to ``path`` (PNG)."""
-    fig = draw_run(real, fake, norms, records, labels, critic_grid, title)
+def save(fig: Any, path: Any) -> None:
+    """Write ``fig`` (a :func:`draw_run` figure) to ``path`` as PNG, and close it."""
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
@@ -220,4 +210,4 @@ def _norm_curve_panel(ax: Any, records: list[dict[str, Any]], labels: FigureLabe
     ax.legend()
 
 
-__all__ = ["FigureLabels", "draw_run", "figure_labels", "penalty_name", "plot_run"]
+__all__ = ["FigureLabels", "draw_run", "figure_labels", "penalty_name", "save"]
