@@ -25,12 +25,12 @@ from fastgp import distributed  # noqa: E402
 from fastgp._penalty import api as penalty_api  # noqa: E402
 from fastgp._penalty import second_order  # noqa: E402
 from fastgp.penalty import gradient_penalty_and_norms  # noqa: E402
+from fastgp.train.config import TrainConfig  # noqa: E402
 from fastgp.train.models.networks import Model  # noqa: E402
 from fastgp.train.objective import penalties  # noqa: E402
 from fastgp.train.run import check  # noqa: E402
 from fastgp.train.training import trainer  # noqa: E402
 from fastgp.train.training.naive_trainer import NaiveTrainer  # noqa: E402
-from fastgp.train.training.state import TrainConfig  # noqa: E402
 
 SCENARIOS: dict[str, Callable[[int], dict]] = {}
 

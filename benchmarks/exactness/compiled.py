@@ -49,11 +49,11 @@ from benchmarks import records
 from benchmarks.exactness import study
 from benchmarks.tables import markdown_table
 from fastgp import _compiled as cf
-from fastgp.train.cli.main import _overrides
-from fastgp.train.cli.parser import build_parser
+from fastgp.train.cli.parser import build_parser, overrides
+from fastgp.train.config import TrainConfig
 from fastgp.train.recipes import defaults as recipes
 from fastgp.train.training import trainer
-from fastgp.train.training.state import TrainConfig, init_state
+from fastgp.train.training.state import init_state
 
 OUT = benchmarks.RESULTS / "exactness" / "compiled"
 DATASET = "mnist"
@@ -103,7 +103,7 @@ def argv_of(row: str, tokens: int, weight: float = 1.0) -> list[str]:
 def config_of(argv: list[str]) -> TrainConfig:
     """The TrainConfig ``fastgp train`` builds from ``argv`` on a fresh run."""
     args = build_parser().parse_args(["train", *argv])
-    return recipes.default_config(DATASET, **_overrides(args))
+    return recipes.default_config(DATASET, **overrides(args))
 
 
 def programs_of(config: TrainConfig) -> tuple[str, ...]:

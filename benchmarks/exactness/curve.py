@@ -19,11 +19,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from fastgp.train.config import TrainConfig
 from fastgp.train.data.quality import quality_metric
 from fastgp.train.recipes.defaults import build_problem
 from fastgp.train.run.checkpoints import Checkpoints
 from fastgp.train.training.averaging import sampling_params
-from fastgp.train.training.state import TrainConfig, init_state
+from fastgp.train.training.state import init_state
 
 CURVE_SETS = 2
 

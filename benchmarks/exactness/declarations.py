@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from fastgp.train.cli.main import fresh_run
-from fastgp.train.run.config import FLAGS
+from fastgp.train.config import FLAGS
 
 
 def plain(value: Any) -> Any:

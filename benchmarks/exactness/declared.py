@@ -47,8 +47,8 @@ from benchmarks.exactness.declarations import (
     plain,
     resolved_run,
 )
+from fastgp.train.config import TrainConfig
 from fastgp.train.recipes.defaults import recipe
-from fastgp.train.training.state import TrainConfig
 
 RESULTS = benchmarks.RESULTS / "exactness"
 RUNS_DIR = pathlib.Path("runs") / "declared"

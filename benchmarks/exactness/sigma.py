@@ -28,10 +28,11 @@ import benchmarks
 from benchmarks import records
 from benchmarks.exactness.tables import sigma_table
 from fastgp import approximate_r1, gradient_penalty
+from fastgp.train.config import TrainConfig
 from fastgp.train.data.sets import load_mnist
 from fastgp.train.recipes.defaults import build_problem
 from fastgp.train.run.checkpoints import Checkpoints
-from fastgp.train.training.state import TrainConfig, init_state
+from fastgp.train.training.state import init_state
 
 RESULTS = benchmarks.RESULTS / "exactness"
 

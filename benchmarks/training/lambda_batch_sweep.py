@@ -37,10 +37,10 @@ import numpy as np
 
 import benchmarks
 from benchmarks.tables import markdown_table
+from fastgp.train.config import TrainConfig
 from fastgp.train.data.quality import mode_quality
 from fastgp.train.data.sets import sample_toy, toy_modes
 from fastgp.train.recipes.defaults import TOY, toy_networks
-from fastgp.train.training.state import TrainConfig
 from fastgp.train.training.trainer import Trainer, make_mesh
 
 RESULTS = benchmarks.RESULTS / "training"

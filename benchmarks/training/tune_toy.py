@@ -17,11 +17,11 @@ import time
 import jax
 import numpy as np
 
+from fastgp.train.config import TrainConfig
 from fastgp.train.data.quality import mode_quality
 from fastgp.train.data.sets import sample_toy, toy_modes
 from fastgp.train.models.networks import ACTIVATIONS
 from fastgp.train.recipes.defaults import RECIPES, TOY_DEPTH, toy_networks
-from fastgp.train.training.state import TrainConfig
 from fastgp.train.training.trainer import Trainer, make_mesh
 
 PAPER = dict(

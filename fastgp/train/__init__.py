@@ -8,7 +8,8 @@ from neither), never from one below (tests/train/test_layers.py checks):
     data/        the datasets and the quality metrics of generated samples
     models/      the networks
     objective/   the GAN losses and the penalty's placement, weight schedule and lazy Adam
-    training/    the configuration and state, the sharded trainer and the naive oracle
+    config/      the run's configuration, each field declared once with its flag and checks
+    training/    the state, the sharded trainer and the naive oracle
     recipes/     each dataset's tuned recipe: its config, networks and real data
     run/         a ``fastgp train`` run (loop, checkpoints, outputs) and ``fastgp check``
     cli/         the ``fastgp`` command: flags, dispatch, multi-process launch, ``fastgp tune``

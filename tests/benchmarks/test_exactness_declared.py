@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from benchmarks.exactness import analysis, declared, design
+from fastgp.train.config import TrainConfig
 from fastgp.train.recipes import defaults
-from fastgp.train.training.state import TrainConfig
 
 RECIPES = {"conv": defaults.MNIST, "vit": defaults.MNIST_VIT}
 SEED = 5

@@ -13,8 +13,8 @@ import pathlib
 import pytest
 
 from benchmarks.exactness import report, study
+from fastgp.train.config import TrainConfig
 from fastgp.train.recipes import defaults
-from fastgp.train.training.state import TrainConfig
 
 BASE = {"conv": defaults.MNIST.fields, "vit": defaults.MNIST_VIT.fields}
 STEPS, SEED = 123, 7
@@ -72,7 +72,7 @@ def _leaky_default_config(dataset, recipe_name=None, **overrides):
 def test_a_loss_recipe_leaking_into_an_approximate_arm_is_refused(monkeypatch):
     """Were a loss to bring in its recipe again, the approximate R1 + R2 arm would train on the
     recipe's cosine schedule: the study refuses it, naming the fields."""
-    from fastgp.train.run import config as run_config
+    from fastgp.train.run import resolve as run_config
 
     monkeypatch.setattr(run_config, "default_config", _leaky_default_config)
     arm = study.arms(1.0)["apt-r1r2"]

@@ -9,8 +9,9 @@ import numpy as np
 import optax
 import pytest
 
+from fastgp.train.config import ConfigError, TrainConfig
 from fastgp.train.training.averaging import average_of, averaged, decay, sampling_params
-from fastgp.train.training.state import ConfigError, TrainConfig, optimizers
+from fastgp.train.training.state import optimizers
 
 
 def _walk(optimizer, steps, seed=0):

@@ -11,9 +11,10 @@ import pytest
 import test_cli
 
 from fastgp.train.cli.main import main
+from fastgp.train.config import TrainConfig
 from fastgp.train.recipes.defaults import build_problem
 from fastgp.train.run.checkpoints import Checkpoints
-from fastgp.train.training.state import TrainConfig, init_state
+from fastgp.train.training.state import init_state
 
 
 @pytest.mark.parametrize(
@@ -163,8 +164,8 @@ def test_a_loss_on_a_recipe_tuned_for_another_says_which_recipe_trains_it(
     from fastgp.train.recipes import defaults
     from fastgp.train.recipes.defaults import recipe_hint
     from fastgp.train.run.checkpoints import Checkpoints
-    from fastgp.train.run.config import resolve
     from fastgp.train.run.options import RunOptions
+    from fastgp.train.run.resolve import resolve
 
     assert recipe_hint("mnist", "vit", "wasserstein") is None
     planted = defaults.MNIST_VIT._replace(
@@ -205,8 +206,8 @@ def test_a_recipe_name_without_a_recipe_there_is_named_before_anything_runs(
 
 def test_a_resumed_run_keeps_its_recipe_and_refuses_another():
     from fastgp.train.recipes.defaults import default_config
-    from fastgp.train.run.config import Resumed, _continued
     from fastgp.train.run.options import RunError, RunOptions
+    from fastgp.train.run.resolve import Resumed, _continued
 
     config = default_config("mnist", "r3gan", critic="vit")
     meta = {

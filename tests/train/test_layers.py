@@ -1,10 +1,10 @@
 """The training application's layout: one folder per job, imports flowing one way, no circle.
 
 ``fastgp/train/`` holds one folder per job, in layers: data and models at the bottom (neither
-imports the other), then objective, training, recipes, run and cli. A module may import from its own
-folder and from the folders of lower layers, never from a higher layer or a peer; no module
-imports itself back through others; the library (``fastgp/`` outside ``train/``) imports nothing
-of it. Every import counts, those inside functions too (found with ``ast``, nothing is run).
+imports the other), then objective, config, training, recipes, run and cli. A module may import
+from its own folder and from the folders of lower layers, never from a higher layer or a peer; no
+module imports itself back through others; the library (``fastgp/`` outside ``train/``) imports
+nothing of it. Every import counts, those inside functions too (found with ``ast``, nothing is run).
 """
 
 import ast
@@ -13,7 +13,10 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "fastgp" / "train"
 # folder -> layer: a module may import from its own folder and from folders of a lower layer.
-LAYERS = {"data": 0, "models": 0, "objective": 1, "training": 2, "recipes": 3, "run": 4, "cli": 5}
+LAYERS = {
+    **{"data": 0, "models": 0, "objective": 1, "config": 2, "training": 3},
+    **{"recipes": 4, "run": 5, "cli": 6},
+}
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -17,15 +17,10 @@ import numpy as np
 import optax
 import pytest
 
+from fastgp.train.config import ConfigError, TrainConfig
 from fastgp.train.models.networks import mlp
 from fastgp.train.objective import losses, penalties
-from fastgp.train.training.state import (
-    ConfigError,
-    TrainConfig,
-    critic_keys,
-    gp_schedule,
-    optimizers,
-)
+from fastgp.train.training.state import critic_keys, gp_schedule, optimizers
 from fastgp.train.training.trainer import Trainer, make_mesh
 
 

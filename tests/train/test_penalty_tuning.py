@@ -6,9 +6,9 @@ import pytest
 
 from fastgp._penalty.reference import naive_gradient_penalty
 from fastgp.penalty import SECOND_ORDER
+from fastgp.train.config import ConfigError
 from fastgp.train.recipes.defaults import build_problem, default_config
 from fastgp.train.run.penalty_tuning import _arguments, _critic_loss, choose_second_order
-from fastgp.train.training.state import ConfigError
 from fastgp.train.training.trainer import Trainer
 
 

@@ -10,12 +10,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from fastgp.train.config import TRAIN_KINDS, ConfigError, TrainConfig
 from fastgp.train.objective.losses import LOSSES
 from fastgp.train.objective.penalties import PLACEMENTS
 from fastgp.train.recipes.defaults import build_problem, default_config
 from fastgp.train.run import figures
 from fastgp.train.run.evaluation import Evaluator
-from fastgp.train.training.state import TRAIN_KINDS, ConfigError, TrainConfig, init_state
+from fastgp.train.training.state import init_state
 
 SIGMA, MINUS = "\N{GREEK SMALL LETTER SIGMA}", "\N{MINUS SIGN}"
 INTERPOLATES, REALS, FAKES = "the interpolates", "the reals", "the fakes"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fastgp.train.cli.parser import build_parser
+from fastgp.train.config import ConfigError, TrainConfig
 from fastgp.train.models.networks import mlp
 from fastgp.train.training.naive_trainer import NaiveTrainer
-from fastgp.train.training.state import ConfigError, TrainConfig
 from fastgp.train.training.trainer import Trainer, make_mesh
 
 

@@ -17,15 +17,10 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh
 
+from fastgp.train.config import TrainConfig
 from fastgp.train.run.check_bounds import EPSILON
 from fastgp.train.training.diagnostics import summarize
-from fastgp.train.training.state import (
-    TrainConfig,
-    critic_keys,
-    generator_key,
-    gp_schedule,
-    index_sampler,
-)
+from fastgp.train.training.state import critic_keys, generator_key, gp_schedule, index_sampler
 from fastgp.train.training.trainer import Trainer
 
 WORKER = Path(__file__).resolve().parents[1] / "multidevice_worker.py"  # tests/, shared

@@ -17,6 +17,7 @@ from test_data_models import _block_maxima
 import fastgp
 from fastgp.testing import assert_penalty_matches_naive
 from fastgp.train.cli.main import main
+from fastgp.train.config import TrainConfig
 from fastgp.train.data.sets import load_digits
 from fastgp.train.models.networks import vit_critic
 from fastgp.train.recipes.defaults import (
@@ -29,7 +30,6 @@ from fastgp.train.recipes.defaults import (
     recipe,
 )
 from fastgp.train.run.check_bounds import EPSILON
-from fastgp.train.training.state import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 # The trainer tests' toy images: uniform pixels in [-1, 1] (tests/train/test_trainer.py).
@@ -170,8 +170,8 @@ def test_vit_on_2d_data_names_the_critic_flag(argv, capsys, tmp_path):
 def test_resuming_with_another_critic_is_refused_and_old_checkpoints_are_conv():
     """A checkpoint records the critic in its config; --critic that contradicts it is an error
     naming the flag; a checkpoint from before the flag (no "critic") resumes as conv."""
-    from fastgp.train.run.config import Resumed, _continued
     from fastgp.train.run.options import RunError, RunOptions
+    from fastgp.train.run.resolve import Resumed, _continued
 
     config = json.loads(json.dumps(default_config("digits", critic="vit").__dict__))
     resumed = Resumed(3, {"dataset": "digits", "config": config}, None)

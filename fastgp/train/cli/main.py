@@ -34,10 +34,10 @@ from fastgp.train.cli.launcher import (
     supervise,
     with_cpu_devices,
 )
-from fastgp.train.cli.parser import CHECK_OPTIONS, FUSED, build_parser
+from fastgp.train.cli.parser import CHECK_OPTIONS, FUSED, build_parser, overrides
+from fastgp.train.config import TrainConfig
 from fastgp.train.recipes.defaults import recipe, vit_shape
 from fastgp.train.run import check
-from fastgp.train.training.state import TrainConfig
 
 # --- dispatch ------------------------------------------------------------------------------------
 
@@ -202,11 +202,11 @@ def _train(args: argparse.Namespace) -> int:
 
     out = _out(args)
     options = _run_options(args, out)
-    overrides = _overrides(args)
+    given = overrides(args)
     primary = jax.process_index() == 0
     stop = StopRequest(announce=primary).install()
     try:
-        summary = train(options, overrides, stop)
+        summary = train(options, given, stop)
     except (RunError, RunFailure) as err:
         if primary or jax.process_count() == 1:
             print(f"fastgp train: error: {err}", file=sys.stderr, flush=True)
@@ -250,43 +250,12 @@ def _run_options(args: argparse.Namespace, out: str) -> Any:
 
 def fresh_run(argv: Sequence[str]) -> tuple[str, TrainConfig]:
     """(dataset, TrainConfig) that ``fastgp train ARGV`` trains in a fresh --out: its recipe and
-    flags resolved as the command resolves them (``fastgp.train.run.config.fresh``); a bad
+    flags resolved as the command resolves them (``fastgp.train.run.resolve.fresh``); a bad
     flag exits as the command does, a run it cannot train is a RunError."""
-    from fastgp.train.run.config import fresh
+    from fastgp.train.run.resolve import fresh
 
     args = build_parser().parse_args(["train", *argv])
-    return fresh(_run_options(args, _out(args)), _overrides(args))
-
-
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """TrainConfig field -> value of each training flag given (those not given are absent)."""
-    overrides = {
-        "total_steps": args.steps,
-        "batch_size": args.batch_size,
-        "n_critic": args.n_critic,
-        "backend": args.backend,
-        "precision": args.precision,
-        "gp_kind": args.gp_kind,
-        "gp_every": args.gp_every,
-        "gp_weight": args.gp_weight,
-        "gp_sigma": args.gp_sigma,
-        "seed": args.seed,
-        "lr_g": args.lr,
-        "lr_d": args.lr,
-        "decay_fraction": args.decay_fraction,
-        "second_order": args.second_order,
-        "critic": args.critic,
-        "loss": args.loss,
-        "gp_at": args.gp_at,
-        "approx_scale": args.approx_scale,
-        "gp_schedule": args.gp_schedule,
-        "gp_weight_final": args.gp_weight_final,
-        "gp_warmup": args.gp_warmup,
-        "lazy_adam": args.lazy_adam,
-        "vit_patch": getattr(args, "vit_patch", None),
-        "g_average": args.g_average,
-    }
-    return {k: v for k, v in overrides.items() if v is not None}
+    return fresh(_run_options(args, _out(args)), overrides(args))
 
 
 def _check(args: argparse.Namespace) -> int:

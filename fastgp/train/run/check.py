@@ -41,6 +41,7 @@ import jax
 import numpy as np
 
 from fastgp._typing import Backend, SecondOrder
+from fastgp.train.config import CriticName, Precision, TrainConfig, TrainKind
 from fastgp.train.data.sets import CHECK_DATASETS, load_digits, sample_toy
 from fastgp.train.models.networks import Model, conv_critic, conv_generator, mlp, vit_critic
 from fastgp.train.objective.losses import Loss
@@ -48,7 +49,7 @@ from fastgp.train.objective.penalties import Placement
 from fastgp.train.recipes.defaults import DIGITS, VIT, recipe
 from fastgp.train.run.check_bounds import EPSILON, Bounds, scaled_difference
 from fastgp.train.training.naive_trainer import NaiveTrainer
-from fastgp.train.training.state import CriticName, Precision, TrainConfig, TrainKind, index_sampler
+from fastgp.train.training.state import index_sampler
 from fastgp.train.training.trainer import Trainer, make_mesh
 
 # bfloat16: each difference relative to the reference's size, at a few of bfloat16's roundoffs

@@ -76,6 +76,7 @@ import jax
 import numpy as np
 import optax
 
+from fastgp.train.config import TrainConfig
 from fastgp.train.objective.penalties import lazy_adam
 from fastgp.train.run.check_scales import Scale, StepScales
 from fastgp.train.training import state as train_state
@@ -132,7 +133,7 @@ class AdamDrift:
     the largest S of its entries) and the parameters after the step. Adam's moments m and v carry
     the gradient differences to later steps, with their own bounds."""
 
-    def __init__(self, config: train_state.TrainConfig, network: Literal["critic", "generator"]):
+    def __init__(self, config: TrainConfig, network: Literal["critic", "generator"]):
         lr, betas, total = config.lr_g, config.betas, config.total_steps
         if network == "critic":  # as fastgp.train.training.state.optimizers builds the critic's
             lr, total = config.lr_d, None if total is None else total * config.n_critic

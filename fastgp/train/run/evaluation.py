@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp.penalty import grad_norms
+from fastgp.train.config import TrainConfig
 from fastgp.train.data.quality import SPECS, ImageQuality, mode_quality, quality_metric
 from fastgp.train.data.sets import toy_modes
 from fastgp.train.recipes.defaults import Problem
 from fastgp.train.training.averaging import sampling_params
-from fastgp.train.training.state import TrainConfig
 
 # Image-metric keys logged in metrics.jsonl (the summary holds the whole metric).
 DIGITS_RECORD = (

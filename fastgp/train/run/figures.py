@@ -22,8 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from fastgp.train.config import TrainConfig
 from fastgp.train.objective.penalties import placement_parts
-from fastgp.train.training.state import TrainConfig
 
 SIGMA, MINUS = "\N{GREEK SMALL LETTER SIGMA}", "\N{MINUS SIGN}"
 # A placement's point set -> how the figure names it.

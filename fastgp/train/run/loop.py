@@ -19,7 +19,7 @@ With a ``fastgp.train.run.signals.StopRequest`` a signal ends the run at the nex
 checkpoint and the outputs (the summary then says ``stopped_by``).
 
 Here: the loop and the outputs at its end. ``fastgp.train.run.options`` holds RunOptions and the
-errors, ``fastgp.train.run.config`` which run this is (recipe or checkpoint), and
+errors, ``fastgp.train.run.resolve`` which run this is (recipe or checkpoint), and
 ``fastgp.train.run.session`` everything before the first step.
 """
 

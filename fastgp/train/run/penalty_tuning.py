@@ -21,8 +21,8 @@ import numpy as np
 
 from fastgp.autotune import Tuning, Variant, autotune
 from fastgp.penalty import SECOND_ORDER, interpolate
+from fastgp.train.config import TrainConfig
 from fastgp.train.recipes.defaults import Problem
-from fastgp.train.training.state import TrainConfig
 
 BF16_RTOL = 2e-2  # a bfloat16 critic's two second orders round differently
 

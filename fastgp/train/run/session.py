@@ -3,7 +3,7 @@
     lock = prepare_out(out, resume)          # process 0: --out created and locked (RunError)
     session = setup(options, overrides)      # config, trainer, state, evaluator, logs, run.json
 
-``setup`` resolves the run (``fastgp.train.run.config``), the cadence (flags, else the
+``setup`` resolves the run (``fastgp.train.run.resolve``), the cadence (flags, else the
 checkpoint's, else ``CADENCE``), the devices of the mesh (a batch size they do not divide is a
 RunError naming the flag to change), ``--second-order auto`` (``fastgp.train.run.penalty_tuning``),
 the Trainer and its state (fresh or the checkpoint's), and on process 0 opens metrics.jsonl and
@@ -22,15 +22,16 @@ from typing import Any, NamedTuple
 import jax
 
 from fastgp.autotune import Tuning
+from fastgp.train.config import TrainConfig
 from fastgp.train.recipes.defaults import Problem, build_problem
 from fastgp.train.run import outputs
 from fastgp.train.run.checkpoints import Checkpoints, CheckpointWriteError, host_copy, reason
-from fastgp.train.run.config import Resumed, resolve
 from fastgp.train.run.evaluation import Evaluator
 from fastgp.train.run.lock import DirectoryBusy, RunLock
 from fastgp.train.run.options import CADENCE, RunError, RunFailure, RunOptions, warn, write_output
 from fastgp.train.run.penalty_tuning import choose_second_order, tuning_line, tuning_record
-from fastgp.train.training.state import TrainConfig, TrainState
+from fastgp.train.run.resolve import Resumed, resolve
+from fastgp.train.training.state import TrainState
 from fastgp.train.training.trainer import Trainer, make_mesh
 
 

@@ -1,6 +1,6 @@
 """The trainers: the sharded GAN trainer and the one-device oracle it must equal.
 
-    state.py          TrainConfig, TrainState, initialisation, optimisers and the RNG derivation
+    state.py          TrainState, initialisation, optimisers and the RNG derivation
     averaging.py      the generator's parameter average, the last step of its optimiser
     trainer.py        the shard_map GAN trainer
     naive_trainer.py  the oracle: GAN training written plainly, on one device
@@ -8,5 +8,5 @@
     diagnostics.py    per-core input-gradient norm statistics
     nonfinite.py      the first non-finite loss of a chunk, or a non-finite state
 
-Imports ``objective``, ``models`` and ``data`` at most.
+Imports ``config``, ``objective``, ``models`` and ``data`` at most.
 """

@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from fastgp.train.config import TrainConfig
 from fastgp.train.models.networks import Model
-from fastgp.train.training.state import TrainConfig
 
 # Primitives XLA:CPU runs several times slower inside a loop body (``lax.scan``, ``lax.cond``)
 # than at the top level of a program; a network that holds one runs unfused on CPU by default.

@@ -30,6 +30,7 @@ import optax
 
 from fastgp import approximate_r1
 from fastgp._penalty.reference import naive_grad_norms, naive_gradient_penalty
+from fastgp.train.config import TrainConfig
 from fastgp.train.models.networks import Model
 from fastgp.train.training import state as train_state
 
@@ -40,7 +41,7 @@ class NaiveTrainer:
 
     def __init__(
         self,
-        config: train_state.TrainConfig,
+        config: TrainConfig,
         generator: Model,
         critic: Model,
         sample_real: Callable[..., Any],

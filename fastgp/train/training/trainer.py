@@ -58,13 +58,13 @@ from jax.sharding import PartitionSpec as P
 from fastgp._backends import blocking, check_backend_for_manual_axes
 from fastgp.diagnostics import per_device
 from fastgp.distributed import global_batch_slice, global_mean
+from fastgp.train.config import TrainConfig
 from fastgp.train.models.networks import Model
 from fastgp.train.objective.losses import critic_terms, generator_terms, uses_real_in_generator
 from fastgp.train.objective.penalties import placed_penalty
 from fastgp.train.training import diagnostics
 from fastgp.train.training.fusion import default_fused
 from fastgp.train.training.state import (
-    TrainConfig,
     TrainState,
     critic_keys,
     generator_key,

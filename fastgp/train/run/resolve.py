@@ -18,39 +18,13 @@ from typing import Any
 
 import jax
 
+from fastgp.train.config import FLAGS, ConfigError, TrainConfig
 from fastgp.train.recipes.defaults import build_problem, default_config, recipe_hint
 from fastgp.train.run.checkpoints import CheckpointDamaged, Checkpoints, reason
 from fastgp.train.run.options import DEFAULT_DATASET, RunError, RunOptions, warn
-from fastgp.train.training.state import ConfigError, TrainConfig, init_state
+from fastgp.train.training.state import init_state
 
 DAMAGED = "checkpoints-damaged"  # where --resume moves damaged checkpoints, inside --out
-# TrainConfig field -> the command-line flag that sets it (for error messages).
-FLAGS = {
-    "total_steps": "--steps",
-    "batch_size": "--batch-size",
-    "backend": "--backend",
-    "precision": "--precision",
-    "gp_every": "--gp-every",
-    "gp_kind": "--gp-kind",
-    "second_order": "--second-order",
-    "gp_weight": "--gp-weight",
-    "gp_sigma": "--gp-sigma",
-    "seed": "--seed",
-    "n_critic": "--n-critic",
-    "lr_g": "--lr",
-    "lr_d": "--lr",
-    "decay_fraction": "--decay-fraction",
-    "critic": "--critic",
-    "loss": "--loss",
-    "gp_at": "--gp-at",
-    "approx_scale": "--approx-scale",
-    "gp_schedule": "--gp-schedule",
-    "gp_weight_final": "--gp-weight-final",
-    "gp_warmup": "--gp-warmup",
-    "lazy_adam": "--lazy-adam",
-    "vit_patch": "--vit-patch",
-    "g_average": "--g-average",
-}
 # Fields a resumed run may change: they do not alter what is computed, only how.
 CHANGEABLE_ON_RESUME = ("backend",)
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -229,7 +203,6 @@ def _continued(
 __all__ = [
     "CHANGEABLE_ON_RESUME",
     "DAMAGED",
-    "FLAGS",
     "Resumed",
     "default_backend",
     "fresh",
