@@ -16,8 +16,14 @@ RECIPE_ONLY = {"gp_target", "betas", "latent_dim"}
 SAMPLES = {"int": ("3", 3), "float": ("0.5", 0.5)}
 
 
-def _sample(field):
+def _flag(field) -> Flag:
     flag = flag_of(field)
+    assert flag is not None
+    return flag
+
+
+def _sample(field):
+    flag = _flag(field)
     if flag.switch:
         return [flag.name], True
     if flag.choices is not None:
@@ -39,9 +45,9 @@ def test_every_field_has_a_flag_or_is_declared_recipe_only():
 def test_each_flag_sets_its_field_as_declared(field):
     argv, value = _sample(field)
     args = build_parser().parse_args(["train", *argv])
-    shared = [f.name for f in flagged_fields() if flag_of(f).name == flag_of(field).name]
+    shared = [f.name for f in flagged_fields() if _flag(f).name == _flag(field).name]
     assert overrides(args) == dict.fromkeys(shared, value)
-    assert resolve.FLAGS[field.name] == flag_of(field).name
+    assert resolve.FLAGS[field.name] == _flag(field).name
 
 
 def test_train_help_is_each_declared_help_with_the_recipes_default(capsys, monkeypatch):
@@ -50,7 +56,7 @@ def test_train_help_is_each_declared_help_with_the_recipes_default(capsys, monke
         build_parser().parse_args(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for field in flagged_fields():
-        flag = flag_of(field)
+        flag = _flag(field)
         assert " ".join(flag.help.split()) in text, flag.name
         shown = f"{flag.help} (default: "
         assert (" ".join(shown.split()) in text) == flag.recipe_default, flag.name
@@ -58,7 +64,7 @@ def test_train_help_is_each_declared_help_with_the_recipes_default(capsys, monke
 
 def test_a_value_the_declared_parser_refuses_names_its_flag(capsys):
     for field in flagged_fields():
-        flag = flag_of(field)
+        flag = _flag(field)
         if flag.switch:
             continue
         with pytest.raises(SystemExit):
