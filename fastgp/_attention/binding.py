@@ -1,6 +1,6 @@
 """Attention's backend binding: its passes on the Pallas kernels of ``fastgp.kernels.attention``.
 
-Registered as the implementations of ``fastgp._attention.rules``'s primitives for the kernel
+``kernel_pass`` is the implementation of ``fastgp._attention.rules``'s primitives for the kernel
 backends: ``"pallas"`` (Mosaic on TPU, Triton on GPU, chosen by the platform the program is
 lowered for), ``"interpret"`` (the TPU kernels in Pallas interpret mode), ``"tpu-interpret"``
 (``pltpu.InterpretParams``, which also simulates TPU memory) and ``"gpu-interpret"`` (the Triton
@@ -27,12 +27,14 @@ from jax.experimental import pallas as pl
 from fastgp import _backends as backends
 from fastgp import _gpu_tuned as gpu_tuned
 from fastgp import _pallas_gpu as pallas_gpu
-from fastgp._attention import rules, xla
+from fastgp._attention import xla
 from fastgp._attention.config import Config
 from fastgp._refusals import refuse_when_lowered
 from fastgp._typing import Backend
 from fastgp.kernels import attention as kernels
 from fastgp.kernels.attention import gpu_tiling
+
+Impl = Callable[..., tuple[jax.Array, ...]]
 
 _TPU_KERNELS: dict[str, Callable[..., Any]] = {
     "forward": kernels.flash_forward,
@@ -69,7 +71,7 @@ def blocks(backend: Backend, tq: int, tk: int, d: int, itemsize: int) -> tuple[i
     return tiles.block_q, tiles.block_k
 
 
-def _tpu(name: str, config: Config) -> rules.Impl:
+def _tpu(name: str, config: Config) -> Impl:
     kernel = _TPU_KERNELS[name]
 
     def run(*args: jax.Array) -> tuple[jax.Array, ...]:
@@ -100,7 +102,7 @@ def _pad_features(x: jax.Array, width: int) -> jax.Array:
     return jnp.pad(x, [(0, 0)] * 3 + [(0, width - x.shape[3])])
 
 
-def _gpu(name: str, config: Config) -> rules.Impl:
+def _gpu(name: str, config: Config) -> Impl:
     if config.backend == "pallas" and not pallas_gpu.has_triton():
         return _refused(name, config, _NO_TRITON_MESSAGE)
     kernel = pallas_gpu.triton_attention().PASSES[name]
@@ -133,7 +135,7 @@ def _gpu(name: str, config: Config) -> rules.Impl:
     return run
 
 
-def _refused(name: str, config: Config, message: str = _OFF_PLATFORM_MESSAGE) -> rules.Impl:
+def _refused(name: str, config: Config, message: str = _OFF_PLATFORM_MESSAGE) -> Impl:
     """The XLA pass, in a program whose lowering raises ``ValueError(message)``."""
     xla_pass = xla.PASSES[name]
 
@@ -144,7 +146,9 @@ def _refused(name: str, config: Config, message: str = _OFF_PLATFORM_MESSAGE) ->
     return run
 
 
-def _impl(name: str, config: Config) -> rules.Impl:
+def kernel_pass(name: str, config: Config) -> Impl:
+    """Pass ``name`` of ``fastgp._attention.rules`` on the kernels ``config.backend`` names:
+    one of the kernel backends (``fastgp._backends.KERNEL_BACKENDS``)."""
     if config.backend in ("interpret", "tpu-interpret"):
         return _tpu(name, config)
     if config.backend == "gpu-interpret":
@@ -153,9 +157,4 @@ def _impl(name: str, config: Config) -> rules.Impl:
     return lambda *args: tuple(lax.platform_dependent(*args, tpu=tpu, cuda=cuda, default=default))
 
 
-for _backend in backends.OP_BACKENDS["attention"]:
-    if _backend in backends.KERNEL_BACKENDS:
-        rules.register_kernel_backend(_backend, _impl)
-
-
-__all__ = ["blocks"]
+__all__ = ["Impl", "blocks", "kernel_pass"]

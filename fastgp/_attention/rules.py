@@ -43,18 +43,13 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import AxisType
 
 from fastgp import _jax_private
-from fastgp._attention import ring, xla
+from fastgp._attention import binding, ring, xla
 from fastgp._attention.config import Config
 from fastgp._attention.partitioned import partitioned
 from fastgp._attention.sharding import bind_per_device
 
-Impl = Callable[..., tuple[jax.Array, ...]]
-_KERNEL_IMPLS: dict[str, Callable[[str, Config], Impl]] = {}
-
-
-def register_kernel_backend(backend: str, impls: Callable[[str, Config], Impl]) -> None:
-    """Make ``impls(pass_name, config)`` the implementation of each pass for ``backend``."""
-    _KERNEL_IMPLS[backend] = impls
+# Each backend's passes: the blockwise XLA loops, else the Pallas kernels.
+Impl = binding.Impl
 
 
 @functools.cache
@@ -66,7 +61,7 @@ def _one_device(name: str, config: Config) -> Impl:
         fn = xla.PASSES[name]
         impl: Impl = lambda *args: fn(*args, config=config)
     else:
-        impl = _KERNEL_IMPLS[config.backend](name, config)
+        impl = binding.kernel_pass(name, config)
     return jax.jit(impl, inline=True) if _jittable(config) else impl
 
 
@@ -393,4 +388,4 @@ def attention_with_lse(
     return o, lse
 
 
-__all__ = ["attention_with_lse", "register_kernel_backend"]
+__all__ = ["attention_with_lse"]
