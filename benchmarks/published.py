@@ -35,6 +35,7 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     tpu/tpu_sharded_compile.json       the conv critic's step sharded over TPU meshes
     tpu/vmem_request_three_quarters.json  the penalty kernels' steps asking for 3/4 of VMEM
     exactness/study_*.json, sigma.json  exact against approximate R1 trained on MNIST
+    exactness/declared_*.json          the declared study's runs so far (declared.md)
     training/check_isa.json            fastgp check under every CPU vector width
 """
 
@@ -602,6 +603,19 @@ def exactness_recipe_runs(results):
     return recipe_run.table(_json_in(results.dir, "exactness/recipe_runs.json"))
 
 
+def exactness_declared(results):
+    """performance.md's table of the declared study's comparisons so far (declared.md's)."""
+    from benchmarks.exactness import declared_report, design
+
+    return declared_report.markdown(
+        {
+            testbed: _json_in(results.dir, f"exactness/declared_{testbed}.json")
+            for testbed in design.TESTBEDS
+            if (pathlib.Path(results.dir) / f"exactness/declared_{testbed}.json").exists()
+        }
+    )
+
+
 def attention_sequence_memory(results):
     """performance.md's table of sequence-parallel attention's memory per CPU device."""
     from benchmarks.attention import sequence_memory
@@ -749,6 +763,7 @@ BLOCKS = {
     "attention-jvp-memory": attention_jvp_memory,
     "attention-sequence-memory": attention_sequence_memory,
     "exactness-recipe-runs": exactness_recipe_runs,
+    "exactness-declared": exactness_declared,
     "attention-sequence-memory-heads": attention_sequence_memory_heads,
     "attention-sequence-time-heads": attention_sequence_time_heads,
     "attention-sequence-axes": attention_sequence_axes,
@@ -779,6 +794,7 @@ SOURCES = {
     "exactness-study-conv": ("exactness/study_conv.json",),
     "exactness-steptime-conv": ("exactness/steptime_conv.json",),
     "exactness-recipe-runs": ("exactness/recipe_runs.json",),
+    "exactness-declared": ("exactness/declared_vit.json",),
     "exactness-steptime-vit": ("exactness/steptime_vit.json",),
     "exactness-sigma": ("exactness/sigma.json",),
     "exactness-compiled": ("exactness/compiled.json",),
