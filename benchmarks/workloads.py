@@ -11,7 +11,7 @@
 Variants of the penalty inside a critic step (``fastgp.penalty.gradient_penalty`` unless naive):
 
     plain           critic loss only (the floor: what a step costs with no penalty)
-    naive           fastgp._penalty.reference.naive_gradient_penalty (nested jax.grad, plain jnp)
+    naive           fastgp.naive_gradient_penalty (nested jax.grad, plain jnp)
     fastgp          the default: backend="auto", second_order="reverse-over-forward"
     fastgp-xla      backend="xla" (the plain jnp reduction, also on TPU)
     fastgp-pallas   backend="pallas" (the kernels on every leaf)
@@ -35,8 +35,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 from jax.typing import DTypeLike
 
-from fastgp import approximate_r1, penalty
-from fastgp._penalty import reference
+from fastgp import approximate_r1, naive_gradient_penalty, naive_penalty_from_grads, penalty
 from fastgp.train.models.networks import Model, mlp
 
 GP_WEIGHT = 10.0
@@ -203,7 +202,7 @@ def _penalty(variant, critic, x_hat, weight, axis_name=None, kind="wgan-gp"):
     if variant in ("naive", "naive-remat"):
         if variant == "naive-remat":
             critic = penalty.remat_critic(critic, "nothing")
-        value = reference.naive_gradient_penalty(critic, x_hat, kind=kind, weight=weight)
+        value = naive_gradient_penalty(critic, x_hat, kind=kind, weight=weight)
         # equal shards: the mean of per-shard means is the global mean
         return value if axis_name is None else lax.pmean(value, axis_name)
     return penalty.gradient_penalty(
@@ -308,7 +307,7 @@ def penalty_vjp(path):
     """value_and_grad wrt g of the penalty on precomputed gradients, for ``path`` in
     ("naive", "xla", "interpret")."""
     if path == "naive":
-        f = lambda g: reference.naive_penalty_from_grads(g, weight=GP_WEIGHT)
+        f = lambda g: naive_penalty_from_grads(g, weight=GP_WEIGHT)
     else:
         f = lambda g: penalty.penalty_from_grads(g, weight=GP_WEIGHT, backend=path)
     return jax.value_and_grad(f)

@@ -23,12 +23,12 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 # JAX reads the variables above when it is imported, and XLA_FLAGS when its backend starts.
-from fastgp import _xla_flags  # noqa: E402  (imports JAX)
+from benchmarks import xla_flags as _xla_flags  # noqa: E402  (imports JAX)
 
 # The suite's programs are small and compiled once each, so XLA:CPU's LLVM optimisations and its
 # MLIR fusion emitters cost more than they save; the HLO passes, and so what the programs compute,
-# are unchanged. Each flag is probed first (fastgp._xla_flags): XLA stops the process on a flag it
-# does not know, and the supported JAX versions know different ones. The xdist workers inherit the
-# result through XLA_FLAGS.
+# are unchanged. Each flag is probed first (benchmarks.xla_flags): XLA stops the process on a flag
+# it does not know, and the supported JAX versions know different ones. The xdist workers inherit
+# the result through XLA_FLAGS.
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " " + " ".join(_xla_flags.known(_xla_flags.COMPILE_FAST))

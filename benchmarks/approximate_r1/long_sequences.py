@@ -32,9 +32,9 @@ import numpy as np
 import benchmarks
 from benchmarks import records, workloads
 from benchmarks.zoo import critics as zoo
-from fastgp import _compiled as cf
 from fastgp import attention
-from fastgp._timing import interleaved_times
+from fastgp import measure as cf
+from fastgp.measure import interleaved_times
 
 RESULTS = benchmarks.RESULTS / "approximate_r1"
 OUT = RESULTS / "long_sequences.json"

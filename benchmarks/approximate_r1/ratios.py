@@ -37,7 +37,7 @@ from benchmarks import records, workloads
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import approximate_r1, gradient_penalty, interpolate
-from fastgp._timing import interleaved_times
+from fastgp.measure import interleaved_times
 
 RESULTS = benchmarks.RESULTS / "approximate_r1"
 SIGMAS = (0.001, 0.01, 0.1)

@@ -28,8 +28,8 @@ from benchmarks.attention.tpu import probe_batch
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import attention
-from fastgp._backends import AUTO
-from fastgp._timing import interleaved_times
+from fastgp.measure import interleaved_times
+from fastgp.options import auto_backend
 
 RESULTS = benchmarks.RESULTS / "attention"
 CPU_BACKENDS = ("xla", "interpret")
@@ -63,7 +63,7 @@ def gpu_rows(gpu: dict) -> list[list[str]]:
                 f"{kernels['step_ms']:,.1f} ms, {kernels['peak'] / 2**30:.2f} GiB",
                 f"{loops['step_ms']:,.1f} ms, {loops['peak'] / 2**30:.2f} GiB",
                 f"{kernels['step_ms'] / loops['step_ms']:.2f}x (time)",
-                AUTO["attention"].get("cuda", "xla"),
+                auto_backend("attention", "cuda"),
             ]
         )
     return rows
@@ -89,7 +89,7 @@ def table(records: list[dict], cpu: dict, gpu: dict) -> list[str]:
                 f"{kernels['peak'] / 2**30:.2f} GiB, {kernels['bytes'] / 1e9:.1f} GB",
                 f"{loops['peak'] / 2**30:.2f} GiB, >= {loops['bytes'] / 1e9:.1f} GB",
                 f"{kernels['peak'] / loops['peak']:.2f}x",
-                AUTO["attention"].get("tpu", "xla"),
+                auto_backend("attention", "tpu"),
             ]
         )
     rows += gpu_rows(gpu)
@@ -99,7 +99,7 @@ def table(records: list[dict], cpu: dict, gpu: dict) -> list[str]:
             f"{cpu['times']['interpret'] * 1e3:,.0f} ms (interpret mode)",
             f"{cpu['times']['xla'] * 1e3:,.0f} ms",
             f"{cpu['times']['interpret'] / cpu['times']['xla']:.1f}x (time)",
-            AUTO["attention"].get("cpu", "xla"),
+            auto_backend("attention", "cpu"),
         ]
     )
     head = ["platform, critic step", "kernels", "XLA loops", "kernels / XLA (peak)", "auto runs"]

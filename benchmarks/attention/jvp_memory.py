@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import benchmarks
 from benchmarks.attention.tpu import jax_flash_attention
 from benchmarks.tables import markdown_table
-from fastgp import _compiled as cf
 from fastgp import attention
+from fastgp import measure as cf
 
 RESULTS = benchmarks.RESULTS / "attention"
 OUT = RESULTS / "jvp_memory.json"

@@ -27,7 +27,7 @@ import benchmarks
 from benchmarks import records
 from benchmarks.attention.sequence_memory import HEAD_DIM, HEADS_TPU, tpu_compiled
 from benchmarks.tables import markdown_table
-from fastgp import _compiled as cf
+from fastgp import measure as cf
 
 OUT = benchmarks.RESULTS / "attention" / "ring_overlap"
 PROGRAMS = ("gradient", "reverse-over-forward")

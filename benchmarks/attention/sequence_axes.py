@@ -50,7 +50,7 @@ from benchmarks.attention.sequence_memory import (
     tpu_compiled,
 )
 from benchmarks.tables import markdown_table
-from fastgp import _compiled as cf
+from fastgp import measure as cf
 
 OUT = benchmarks.RESULTS / "attention" / "sequence_axes"
 OUT_TPU = benchmarks.RESULTS / "attention" / "sequence_axes_tpu"

@@ -58,9 +58,9 @@ import fastgp
 from benchmarks import capacity
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
-from fastgp import _compiled as cf
-from fastgp._attention.config import SCHEMES, Scheme
-from fastgp._typing import Kind
+from fastgp import measure as cf
+from fastgp.options import SEQUENCE_SCHEMES as SCHEMES
+from fastgp.options import Kind, Scheme
 from fastgp.train.models.networks import Model
 
 RESULTS = benchmarks.RESULTS / "attention"

@@ -42,8 +42,8 @@ import benchmarks
 from benchmarks import capacity
 from benchmarks import workloads as W
 from benchmarks.zoo import critics as zoo
-from fastgp import _compiled as cf
 from fastgp import attention
+from fastgp import measure as cf
 
 RESULTS = benchmarks.RESULTS / "attention"
 RECORDS = RESULTS / "attention_tpu.json"

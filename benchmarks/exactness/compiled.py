@@ -48,7 +48,7 @@ import benchmarks
 from benchmarks import records
 from benchmarks.exactness import study
 from benchmarks.tables import markdown_table
-from fastgp import _compiled as cf
+from fastgp import measure as cf
 from fastgp.train.cli.parser import build_parser, overrides
 from fastgp.train.config import TrainConfig
 from fastgp.train.recipes import defaults as recipes

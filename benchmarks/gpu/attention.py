@@ -37,7 +37,7 @@ from benchmarks.gpu import memory
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import attention
-from fastgp._timing import interleaved_times
+from fastgp.measure import interleaved_times
 
 # name: (attention, step variant of ``workloads``)
 VARIANTS = {

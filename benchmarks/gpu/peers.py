@@ -39,8 +39,7 @@ import fastgp
 from benchmarks import records
 from benchmarks.gpu import memory
 from benchmarks.tables import markdown_table
-from fastgp._comparison import host_leaves, relative_errors
-from fastgp._timing import interleaved_times
+from fastgp.measure import host_leaves, interleaved_times, relative_errors
 
 Attention = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 

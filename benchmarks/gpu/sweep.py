@@ -40,10 +40,9 @@ from benchmarks import records
 from benchmarks.gpu.bandwidth import SHAPES
 from benchmarks.tables import markdown_table
 from fastgp import _gpu_tuned as gpu_tuned
-from fastgp._comparison import host_leaves, relative_errors
-from fastgp._timing import interleaved_times
 from fastgp.kernels.attention import gpu
 from fastgp.kernels.penalty import gpu as penalty_gpu
+from fastgp.measure import host_leaves, interleaved_times, relative_errors
 
 PASSES = tuple(gpu.PASSES)
 # Matmul depth per score of each pass (flops = 2 x scores x depth), kernels.attention's counts.

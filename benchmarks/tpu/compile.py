@@ -24,7 +24,7 @@ import jax
 import benchmarks
 from benchmarks import workloads as W
 from benchmarks.tables import markdown_table
-from fastgp import _compiled as cf
+from fastgp import measure as cf
 
 OUT = benchmarks.RESULTS / "tpu" / "tpu_compile.md"
 GENERATIONS = ("v5e", "v6e", "7x")

@@ -36,7 +36,7 @@ import benchmarks
 from benchmarks import workloads as W
 from benchmarks.tables import markdown_table
 from benchmarks.tpu.collectives import arrays_moved, collective_ops
-from fastgp import _compiled as cf
+from fastgp import measure as cf
 
 OUT = benchmarks.RESULTS / "tpu" / "tpu_sharded_compile.md"
 GLOBAL_BATCH = 256

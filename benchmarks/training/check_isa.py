@@ -21,8 +21,8 @@ from typing import Any
 
 import benchmarks
 from benchmarks import records
+from benchmarks import xla_flags as _xla_flags
 from benchmarks.tables import markdown_table
-from fastgp import _xla_flags
 
 RESULTS = benchmarks.RESULTS / "training"
 TEST_FLAGS = " ".join(_xla_flags.known(_xla_flags.COMPILE_FAST))  # those this XLA knows

@@ -37,7 +37,7 @@ import benchmarks
 from benchmarks import workloads as W
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
-from fastgp import _compiled as cf
+from fastgp import measure as cf
 
 RESULTS = benchmarks.RESULTS / "zoo"
 PROGRAMS = RESULTS / "zoo_tpu.json"  # the compiles of ``programs``

@@ -1,11 +1,11 @@
-"""``fastgp._xla_flags.known``: only flags this XLA accepts are ever set (an unknown one stops
+"""``benchmarks.xla_flags.known``: only flags this XLA accepts are ever set (an unknown one stops
 the process), found by starting XLA with each in a child."""
 
 import os
 import subprocess
 import sys
 
-from fastgp import _xla_flags
+from benchmarks import xla_flags as _xla_flags
 
 
 def test_known_keeps_the_flags_this_xla_accepts_and_drops_the_others():
