@@ -603,17 +603,28 @@ def exactness_recipe_runs(results):
     return recipe_run.table(_json_in(results.dir, "exactness/recipe_runs.json"))
 
 
+def _declared(results):
+    from benchmarks.exactness import design
+
+    return {
+        testbed: _json_in(results.dir, f"exactness/declared_{testbed}.json")
+        for testbed in design.TESTBEDS
+        if (pathlib.Path(results.dir) / f"exactness/declared_{testbed}.json").exists()
+    }
+
+
 def exactness_declared(results):
     """performance.md's table of the declared study's comparisons so far (declared.md's)."""
-    from benchmarks.exactness import declared_report, design
+    from benchmarks.exactness import declared_report
 
-    return declared_report.markdown(
-        {
-            testbed: _json_in(results.dir, f"exactness/declared_{testbed}.json")
-            for testbed in design.TESTBEDS
-            if (pathlib.Path(results.dir) / f"exactness/declared_{testbed}.json").exists()
-        }
-    )
+    return declared_report.markdown(_declared(results))
+
+
+def exactness_answer(results):
+    """README's answer to what exactness buys: the declared study's primary findings."""
+    from benchmarks.exactness import declared_report
+
+    return declared_report.answer(_declared(results))
 
 
 def attention_sequence_memory(results):
@@ -764,6 +775,7 @@ BLOCKS = {
     "attention-sequence-memory": attention_sequence_memory,
     "exactness-recipe-runs": exactness_recipe_runs,
     "exactness-declared": exactness_declared,
+    "exactness-answer": exactness_answer,
     "attention-sequence-memory-heads": attention_sequence_memory_heads,
     "attention-sequence-time-heads": attention_sequence_time_heads,
     "attention-sequence-axes": attention_sequence_axes,
@@ -795,6 +807,7 @@ SOURCES = {
     "exactness-steptime-conv": ("exactness/steptime_conv.json",),
     "exactness-recipe-runs": ("exactness/recipe_runs.json",),
     "exactness-declared": ("exactness/declared_vit.json",),
+    "exactness-answer": ("exactness/declared_vit.json",),
     "exactness-steptime-vit": ("exactness/steptime_vit.json",),
     "exactness-sigma": ("exactness/sigma.json",),
     "exactness-compiled": ("exactness/compiled.json",),

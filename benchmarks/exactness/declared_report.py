@@ -3,6 +3,9 @@
     comparison_rows(results)  -> one dict per comparison with paired seeds in ``results``
                                  (testbed -> the declared_<testbed>.json contents)
     markdown(results)         -> the comparisons' table lines
+    answer(results)           -> README's sentence: the primary comparisons' findings in words,
+                                 each saying only what its interval allows (or how many seeds
+                                 are in while fewer than 10)
     page(results, directory)  -> declared.md's lines: the comparisons, then per testbed its
                                  curves (figure drawn into ``directory``) and, once measured,
                                  the gradient cosine along its critics
@@ -111,6 +114,49 @@ def markdown(results: dict[str, dict[str, Any]]) -> list[str]:
     return markdown_table(head, lines)
 
 
+def _arm_name(arm: str) -> str:
+    if arm == "exact":
+        return "exact R1"
+    sigma = arm.removeprefix("approx-")
+    return f"approximate R1 at \N{GREEK SMALL LETTER SIGMA} = {sigma}"
+
+
+def _finding(row: dict[str, Any]) -> str:
+    """One comparison's result in words: its ratio and interval, and only what they allow."""
+    ratio, low, high = row["ratio"]
+    first, second = _arm_name(row["first"]), _arm_name(row["second"])
+    measured = (
+        f"{first}'s Fréchet distance is {ratio:.2f}x that of {second} (95 % interval {low:.2f} to "
+        f"{high:.2f}, {row['seeds']} paired seeds)"
+    )
+    if row["verdict"] == "lower":
+        return f"{measured}: exact R1 trained better generators, by that interval"
+    if row["verdict"] == "higher":
+        return f"{measured}: the approximation trained better generators, by that interval"
+    if row["verdict"] == "unpowered":
+        return f"{measured}, too few seeds for a verdict"
+    return (
+        f"{measured}: no measurable difference at this power (a ratio of "
+        f"{row['detectable_ratio']:.2f}x would have been seen 80 % of the time)"
+    )
+
+
+def answer(results: dict[str, dict[str, Any]]) -> str:
+    """README's answer: the primary comparisons' findings, or how far the study has got."""
+    rows = [r for r in comparison_rows(results) if r["comparison"].startswith("P")]
+    if not rows or all(r["verdict"] == "unpowered" for r in rows):
+        primary = [c for c in design.COMPARISONS if c.name.startswith("P")]
+        result = results.get(primary[0].testbed, {"runs": []})
+        seeds = min(len(_pairs(result, c.first, c.second)) for c in primary)
+        return (
+            f"Not known yet: the declared study has {seeds} of the at least "
+            f"{analysis.MIN_SEEDS} paired seeds its primary comparisons need before they draw a "
+            "verdict, and fastgp gives no advice until they do"
+        )
+    findings = "; ".join(_finding(r) for r in rows)
+    return f"On the ViT critic trained on MNIST, {findings}"
+
+
 def _curves(testbed: str, result: dict[str, Any], directory: pathlib.Path) -> list[str]:
     s_per_step = declared_curves.step_times(testbed, directory)
     figure = declared_curves.figure(result, s_per_step, directory / f"declared_{testbed}.png")
@@ -177,4 +223,4 @@ def page(results: dict[str, dict[str, Any]], directory: pathlib.Path) -> list[st
     return lines
 
 
-__all__ = ["comparison_rows", "markdown", "page"]
+__all__ = ["answer", "comparison_rows", "markdown", "page"]

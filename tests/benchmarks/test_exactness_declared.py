@@ -270,3 +270,38 @@ def test_a_run_that_failed_otherwise_is_not_recorded(tmp_path):
     _fake_run(out, "vit", "exact", 0, [30.0, 20.0])
     with pytest.raises(RuntimeError, match=r"not on a non-finite value.*Killed"):
         declared.collect(out, "vit", "exact", 0, "Killed")
+
+
+def _primary(ratios_01, ratios_1):
+    """Synthetic vit results: per seed, exact at 10 and the approximations at 10 / ratio."""
+    runs = []
+    for seed, (r01, r1) in enumerate(zip(ratios_01, ratios_1, strict=True)):
+        runs += [
+            {"arm": "exact", "seed": seed, "primary": 10.0, "collapsed": False},
+            {"arm": "approx-0.01", "seed": seed, "primary": 10.0 / r01, "collapsed": False},
+            {"arm": "approx-0.1", "seed": seed, "primary": 10.0 / r1, "collapsed": False},
+        ]
+    return {"vit": {"testbed": "vit", "runs": runs}}
+
+
+def test_readme_answer_gives_no_verdict_before_ten_paired_seeds():
+    from benchmarks.exactness import declared_report
+
+    text = declared_report.answer(_primary([0.5] * 9, [0.5] * 9))
+    assert text.startswith("Not known yet") and "9 of the at least 10 paired seeds" in text
+    assert "0 of the at least 10" in declared_report.answer({})
+
+
+def test_readme_answer_says_only_what_each_interval_allows():
+    from benchmarks.exactness import declared_report
+
+    better = [0.7, 0.72, 0.69, 0.71, 0.7, 0.73, 0.68, 0.7, 0.71, 0.7]  # exact / approx < 1
+    even = [0.9, 1.1, 0.95, 1.05, 1.0, 0.92, 1.08, 0.97, 1.03, 1.0]
+    text = declared_report.answer(_primary(better, even))
+    first, second = text.split("; ")
+    sigma = "\N{GREEK SMALL LETTER SIGMA}"
+    assert f"exact R1's Fréchet distance is 0.70x that of approximate R1 at {sigma} = 0.01" in first
+    assert first.endswith("exact R1 trained better generators, by that interval")
+    assert "no measurable difference at this power" in second and "10 paired seeds" in second
+    worse = declared_report.answer(_primary([1.4] * 10, [1.3, 1.35] * 5))
+    assert worse.count("the approximation trained better generators") == 2
