@@ -39,13 +39,13 @@ no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under
     training/check_isa.json            fastgp check under every CPU vector width
 """
 
-import argparse
 import json
 import pathlib
 import re
 import sys
 
 import benchmarks
+from benchmarks import harness
 from benchmarks.approximate_r1 import tables as approximate_r1_tables
 from benchmarks.exactness import tables as exactness_tables
 from benchmarks.tables import markdown_table
@@ -899,7 +899,7 @@ def rewrite(page, results=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument(
         "--write", action="store_true", help="rewrite the marked blocks of README.md and docs/"
     )

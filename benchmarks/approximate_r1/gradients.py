@@ -12,7 +12,6 @@ norm ratio. For a twice-differentiable critic both estimate the same gradient; t
 (the means of the first and second half of the draws) shows how much of any gap is noise.
 """
 
-import argparse
 import json
 import pathlib
 import sys
@@ -22,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.tables import markdown_table
 from fastgp import approximate_r1, gradient_penalty
 from fastgp.train.models.networks import mlp
@@ -101,7 +100,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--activations", nargs="+", default=["relu", "leaky_relu", "tanh", "gelu"])
     parser.add_argument("--sigmas", nargs="+", type=float, default=[0.01, 0.1])
     parser.add_argument("--draws", type=int, default=256)

@@ -21,7 +21,6 @@ its amortised cost per step, (exact + (k - 1) plain) / k, is derived from these 
 tables are rendered. The one-chip TPU figures of the same critic are ``benchmarks.attention.tpu``'s.
 """
 
-import argparse
 import functools
 import json
 import sys
@@ -30,7 +29,7 @@ import jax
 import numpy as np
 
 import benchmarks
-from benchmarks import records, workloads
+from benchmarks import harness, records, workloads
 from benchmarks.zoo import critics as zoo
 from fastgp import attention
 from fastgp import measure as cf
@@ -86,7 +85,7 @@ def measure(tokens: int, batch: int, rounds: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--tokens", nargs="+", type=int, default=[256, 1024])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)

@@ -21,7 +21,6 @@ nothing (plain), exact R1 at the reals, or approximate_r1 at the reals, timed in
 (``fastgp._timing.interleaved_times``), medians and their ratio to the exact step.
 """
 
-import argparse
 import functools
 import json
 import pathlib
@@ -33,7 +32,7 @@ import numpy as np
 import optax
 
 import benchmarks
-from benchmarks import records, workloads
+from benchmarks import harness, records, workloads
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import approximate_r1, gradient_penalty, interpolate
@@ -190,7 +189,7 @@ def markdown(result) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--critics", nargs="+", choices=tuple(zoo.ZOO_CPU), default=DEFAULT_CRITICS)
     parser.add_argument("--sigmas", nargs="+", type=float, default=SIGMAS)
     parser.add_argument("--train-steps", nargs="+", type=int, default=(0, 200))

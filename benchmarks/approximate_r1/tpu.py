@@ -14,7 +14,6 @@ step compiles within HBM (``zoo.tpu.largest_batch``: the compiler is the judge).
 are kept in the json as they come and reused on the next run (delete it to measure again).
 """
 
-import argparse
 import json
 import os
 import sys
@@ -23,6 +22,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 import benchmarks
+from benchmarks import harness
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from benchmarks.zoo import tpu as zoo_tpu
@@ -84,7 +84,7 @@ def render(cache, generation, critics, capacity, resolution):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--generation", default="v5e")
     parser.add_argument("--critics", nargs="+", default=["dcgan32", "lnconv32", "vit32"])
     parser.add_argument("--capacity", nargs="*", default=["dcgan32", "lnconv32"])

@@ -13,7 +13,6 @@ step on the device with the Triton kernels and with the XLA loops, timed interle
 ``benchmarks.gpu.attention`` (``benchmarks/gpu/check.sh``; ``benchmarks/results/gpu/``).
 """
 
-import argparse
 import functools
 import json
 import os
@@ -23,7 +22,7 @@ import jax
 import numpy as np
 
 import benchmarks
-from benchmarks import workloads
+from benchmarks import harness, workloads
 from benchmarks.attention.tpu import probe_batch
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
@@ -107,7 +106,7 @@ def table(records: list[dict], cpu: dict, gpu: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     result = {

@@ -15,7 +15,6 @@ for one TPU chip of ``--generation`` in bfloat16 (libtpu's compile-only client).
 Figures: the compiler's memory analysis (temporaries; on TPU also the peak) and XLA's flops.
 """
 
-import argparse
 import functools
 import json
 import os
@@ -28,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 import benchmarks
+from benchmarks import harness
 from benchmarks.attention.tpu import jax_flash_attention
 from benchmarks.tables import markdown_table
 from fastgp import attention
@@ -128,7 +128,7 @@ def table(result: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--tokens", nargs="+", type=int, default=[1024, 4096])
     parser.add_argument("--generation", default="v5e")
     args = parser.parse_args(argv)

@@ -14,7 +14,6 @@ work when only fusions do, and exposed when nothing does. The ring's step loops 
 outside them (the first, the last, and the hop home of the key-side sums) are counted apart.
 """
 
-import argparse
 import os
 import sys
 from typing import Any
@@ -24,7 +23,7 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.attention.sequence_memory import HEAD_DIM, HEADS_TPU, tpu_compiled
 from benchmarks.tables import markdown_table
 from fastgp import measure as cf
@@ -88,7 +87,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--topology", default="v5e:4x4")
     parser.add_argument("--tokens", type=int, nargs="+", default=[65536])
     parser.add_argument("--shards", type=int, nargs="+", default=[4, 16])

@@ -20,7 +20,6 @@ devices on this machine's cores: the split against the ring, not against a chip)
 sample per data shard (as ``sequence_memory --topology``): the peak per chip.
 """
 
-import argparse
 import os
 import pathlib
 import sys
@@ -38,7 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 import benchmarks
 import fastgp
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.attention.sequence_memory import (
     BATCH,
     HEAD_DIM,
@@ -194,7 +193,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--tokens", nargs="+", type=int, default=[4096, 16384])
     parser.add_argument("--shards", nargs="+", type=int, default=[4, 8])
     parser.add_argument("--traded", type=int, default=2)

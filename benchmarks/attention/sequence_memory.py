@@ -28,7 +28,6 @@ figure is the peak memory per chip, and per sample (the peak times n: constant w
 falls as 1/n).
 """
 
-import argparse
 import os
 import pathlib
 import sys
@@ -48,7 +47,7 @@ from jax.sharding import PartitionSpec as P
 
 import benchmarks
 import fastgp
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.tables import markdown_table
 from fastgp import measure as cf
 from fastgp.options import SEQUENCE_SCHEMES as SCHEMES
@@ -370,7 +369,7 @@ def tpu_markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+")
     parser.add_argument("--shards", type=int, nargs="+")
     parser.add_argument("--topology", help="a TPU slice to compile for, e.g. v5e:4x4")

@@ -33,7 +33,6 @@ to redo). ``--budget-s`` stops starting compiles after that many seconds; what i
 reported as not measured.
 """
 
-import argparse
 import collections
 import itertools
 import json
@@ -55,7 +54,7 @@ from jax.sharding import PartitionSpec as P
 
 import benchmarks
 import fastgp
-from benchmarks import capacity
+from benchmarks import capacity, harness
 from benchmarks.tables import markdown_table
 from benchmarks.zoo import critics as zoo
 from fastgp import measure as cf
@@ -544,7 +543,7 @@ def render(records):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     parser.add_argument("--shards", default=",".join(map(str, SHARDS)))
     parser.add_argument("--kinds", default=",".join(KINDS))

@@ -26,7 +26,6 @@ Results go to ``results/attention/attention_tpu.{json,md}``; compiled records ar
 and batch) and compiles the same keys again, as after a kernel change.
 """
 
-import argparse
 import functools
 import json
 import os
@@ -39,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 import benchmarks
-from benchmarks import capacity
+from benchmarks import capacity, harness
 from benchmarks import workloads as W
 from benchmarks.zoo import critics as zoo
 from fastgp import attention
@@ -221,7 +220,7 @@ def render(records, capacity):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--generations", default="v5e,v6e")
     parser.add_argument("--tokens", default=",".join(map(str, zoo.LONG_TOKENS)))
     parser.add_argument("--variants", default=",".join(VARIANTS))

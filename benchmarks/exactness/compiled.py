@@ -29,7 +29,6 @@ Compiles take minutes on a small host: each is kept in the json as it finishes a
 next run with the same flags (``--fresh``: compile every one again).
 """
 
-import argparse
 import json
 import os
 import sys
@@ -45,7 +44,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.exactness import study
 from benchmarks.tables import markdown_table
 from fastgp import measure as cf
@@ -281,7 +280,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--rows", nargs="+", choices=study.ROWS, default=list(study.ROWS))
     parser.add_argument("--tokens", nargs="+", type=int, choices=PATCHES, default=list(PATCHES))
     parser.add_argument("--generation", default="v5e", choices=tuple(cf.CHIPS))

@@ -25,7 +25,6 @@ recorded run keeps its resolved configuration, every commit that trained it (run
 deviation of their paired log differences and the seed count it sets (``analysis.seeds_needed``).
 """
 
-import argparse
 import dataclasses
 import json
 import math
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.exactness import analysis, design
 from benchmarks.exactness.declarations import (
     UndeclaredConfig,
@@ -244,7 +243,7 @@ def write_report(runs_dir: pathlib.Path = RUNS_DIR) -> pathlib.Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     go = sub.add_parser("run", help="run the plan, resuming")
     go.add_argument("--testbed", choices=tuple(design.TESTBEDS), default="vit")

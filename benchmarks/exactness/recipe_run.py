@@ -12,7 +12,6 @@ and classes of the final samples (``benchmarks.exactness.outside_scorer``). ``--
 run's folder (its figure.png shows the samples).
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.exactness.outside_scorer import OutsideScorer
 from benchmarks.tables import markdown_table
 
@@ -108,7 +107,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--critics", nargs="+", choices=tuple(TARGET_MIN), default=["conv", "vit"])
     parser.add_argument("--keep", help="keep each run's --out under this folder")
     args = parser.parse_args(argv)

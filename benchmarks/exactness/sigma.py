@@ -14,7 +14,6 @@ sample (what a training step sees) and the mean over ``--draws`` draws, and the 
 critic-parameter gradients (one draw; the mean of the draws). Large sigma leaves the linear regime
 of the critic (bias); small sigma cancels float32's digits in D(x + sigma eps) - D(x)."""
 
-import argparse
 import json
 import pathlib
 import sys
@@ -25,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.exactness.tables import sigma_table
 from fastgp import approximate_r1, gradient_penalty
 from fastgp.train.config import TrainConfig
@@ -137,7 +136,7 @@ def along(runs: list[pathlib.Path], sigmas: list[float], draws: int, batch: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("runs", nargs="+", type=pathlib.Path)
     parser.add_argument(
         "--sigmas", nargs="+", type=float, default=[1e-4, 1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0]

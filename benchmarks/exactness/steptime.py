@@ -16,7 +16,6 @@ a shared machine the minimum is the least disturbed. A lazy row (a penalty every
 is timed over a multiple of k steps so that its figure is the mean over the interval.
 """
 
-import argparse
 import math
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import Any
 import jax
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.exactness import design
 from benchmarks.exactness.compiled import config_of
 from benchmarks.exactness.declared import arm_of, flags_of
@@ -99,7 +98,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--critic", choices=("vit", "conv"), default="vit")
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--weight", type=float, default=1.0)

@@ -37,7 +37,6 @@ digit), or it stops on a non-finite value. The C2ST is no criterion here: on MNI
 by pixel noise of sigma 0.1 (docs/trainer.md).
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -49,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.exactness import curve, report
 from benchmarks.exactness.declarations import (
     UndeclaredConfig,
@@ -210,7 +209,7 @@ def run_one(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--critic", choices=("vit", "conv"), default="vit")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))

@@ -20,7 +20,6 @@ reach is written as not measured.
 for cuDNN's; one capacity search): it checks the script, not the figures.
 """
 
-import argparse
 import functools
 import pathlib
 import sys
@@ -31,7 +30,7 @@ import jax
 import numpy as np
 
 import benchmarks
-from benchmarks import capacity, records
+from benchmarks import capacity, harness, records
 from benchmarks import workloads as W
 from benchmarks.gpu import memory
 from benchmarks.tables import markdown_table
@@ -202,7 +201,7 @@ def table(result: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--tokens", default="1024,4096,16384")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--budget-s", type=float, default=300.0)

@@ -21,7 +21,6 @@ written as not measured.
 for cuDNN's): it checks the script, not the figures.
 """
 
-import argparse
 import functools
 import importlib
 import pathlib
@@ -36,7 +35,7 @@ import numpy as np
 
 import benchmarks
 import fastgp
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.gpu import memory
 from benchmarks.tables import markdown_table
 from fastgp.measure import host_leaves, interleaved_times, relative_errors
@@ -145,7 +144,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--tokens", default="1024,4096,16384")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--budget-s", type=float, default=50.0)

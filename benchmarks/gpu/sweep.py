@@ -22,7 +22,6 @@ it; ``benchmarks/gpu/check.sh`` installs it for its later stages.
 candidates a pass, XLA's attention for cuDNN's): it checks the script, not the figures.
 """
 
-import argparse
 import functools
 import itertools
 import json
@@ -36,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks.gpu.bandwidth import SHAPES
 from benchmarks.tables import markdown_table
 from fastgp import _gpu_tuned as gpu_tuned
@@ -253,7 +252,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--budget-s", type=float, default=120.0)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--smoke", action="store_true")

@@ -22,6 +22,7 @@ import pathlib
 import sys
 
 import benchmarks
+from benchmarks.suites.bench_json import kind_of, load
 from benchmarks.tables import markdown_table
 
 RESULTS = benchmarks.RESULTS / "suites"
@@ -42,18 +43,6 @@ def fmt_time(seconds):
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3g} ms"
     return f"{seconds * 1e6:.3g} us"
-
-
-def load(path):
-    data = json.loads(pathlib.Path(path).read_text())
-    groups: dict[str, list[dict]] = {}
-    for b in data["benchmarks"]:
-        groups.setdefault(b["group"], []).append(b)
-    return data, groups
-
-
-def kind_of(group):
-    return group.split(":", 1)[0]
 
 
 def group_rows(benches):
@@ -347,7 +336,7 @@ def main(argv=None):
     plot(groups, RESULTS / "bench.png")
     print(text)
     print(f"wrote {RESULTS / 'bench.md'} and {RESULTS / 'bench.png'}", file=sys.stderr)
-    from benchmarks.zoo import report as zoo_report  # it imports this module's helpers
+    from benchmarks.zoo import report as zoo_report
 
     if zoo_report.zoo_benches(groups):
         zoo_md = zoo_report.render_zoo(data, groups, zoo_report.zoo_summaries())

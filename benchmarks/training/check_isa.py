@@ -12,7 +12,6 @@ are derived from each quantity's error scale (``fastgp.train.run.check_bounds``)
 differences, which record how far below them each cell stays.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ import sys
 from typing import Any
 
 import benchmarks
-from benchmarks import records
+from benchmarks import harness, records
 from benchmarks import xla_flags as _xla_flags
 from benchmarks.tables import markdown_table
 
@@ -75,7 +74,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--critics", nargs="+", default=["conv", "vit"])
     parser.add_argument("--isas", nargs="+", default=["default", "AVX2", "AVX", "SSE4_2"])
     args = parser.parse_args(argv)

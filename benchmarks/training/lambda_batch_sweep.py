@@ -19,7 +19,6 @@ Two reductions of the per-sample penalties p_b over the global batch:
           batch scaling does to training.
 """
 
-import argparse
 import json
 import math
 import os
@@ -36,6 +35,7 @@ import jax
 import numpy as np
 
 import benchmarks
+from benchmarks import harness
 from benchmarks.tables import markdown_table
 from fastgp.train.config import TrainConfig
 from fastgp.train.data.quality import mode_quality
@@ -231,7 +231,7 @@ def write_heatmap(cells, args, path):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument(
         "--dataset", default="25gaussians", choices=("8gaussians", "25gaussians", "swissroll")
     )

@@ -8,7 +8,6 @@ all; the figure is ``train_s`` from each run's summary.json (training only, comp
 included, start-up excluded), the two layouts interleaved so machine load hits both alike.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -17,6 +16,7 @@ import sys
 import tempfile
 
 import benchmarks
+from benchmarks import harness
 from benchmarks.tables import markdown_table
 
 LAYOUTS = {
@@ -45,7 +45,7 @@ def train_seconds(flags, steps: int) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)

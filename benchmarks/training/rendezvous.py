@@ -13,13 +13,14 @@ within its rendezvous timeout with "Expected N threads to join the rendezvous, b
 them arrived"; this script shows whether that happens without any fastgp code.
 """
 
-import argparse
 import json
 import multiprocessing
 import os
 import subprocess
 import sys
 import time
+
+from benchmarks import harness
 
 CHILD = r"""
 import os, sys, time
@@ -94,7 +95,7 @@ def repeat(devices: int, steps: int, sync: bool, xla_flags: str, timeout: float)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--load", type=int, default=2, help="busy-loop processes meanwhile")

@@ -23,7 +23,6 @@ chunk (compilation plus 100 steps) of each, then 100-iteration chunks of the two
 wall and CPU time per chunk with the load; medians and the median of the paired ratios.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -36,6 +35,7 @@ import tempfile
 import time
 
 import benchmarks
+from benchmarks import harness, records
 from benchmarks.tables import markdown_table
 
 MODES = {"off": "unfused (previous CPU path)", "auto": "auto (new default)"}
@@ -157,19 +157,6 @@ def chunk_costs(dataset: str, rounds: int, chunk: int = 100, flip: bool = False)
         "chunks": per_chunk,
         "first": first,
     }
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def report(runs: list, args, meta: dict, chunks=()) -> str:
@@ -300,7 +287,7 @@ def report(runs: list, args, meta: dict, chunks=()) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--datasets", nargs="+", default=["8gaussians", "25gaussians"])
     parser.add_argument("--rounds", type=int, default=20, help="chunks per mode in one process")
@@ -318,7 +305,7 @@ def main(argv=None) -> int:
         "command": command,
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python "
         f"{platform.python_version()}",
-        "commit": _git_commit(),
+        "commit": records.provenance()["commit"] or "unknown",
     }
     runs: list = []
     chunks: list = []

@@ -8,7 +8,7 @@ naive's and plain's, the fastest penalised path and how clearly it won, and the 
 figures (``zoo.programs.figures``) with what differs between fastgp's program and naive's.
 """
 
-from benchmarks.suites.report import kind_of, load
+from benchmarks.suites.bench_json import kind_of, load
 from benchmarks.tables import markdown_table
 
 __all__ = ["load", "render_zoo", "render_zoo_programs", "same_work", "zoo_benches", "zoo_run"]
