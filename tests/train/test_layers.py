@@ -113,3 +113,28 @@ def test_the_library_imports_nothing_of_the_application():
         if (imports := imported_modules(path, known | {"fastgp.train"}))
     }
     assert not wrong, wrong
+
+
+# fastgp.train uses the library's public API; these private names it takes on purpose, each with
+# a comment at its import saying why.
+PRIVATE_ON_PURPOSE = {
+    "fastgp.train.training.naive_trainer": {"fastgp._penalty.reference"},
+    "fastgp.train.run.check_scales": {"fastgp._approximate.api", "fastgp._penalty.reference"},
+    "fastgp.train.training.trainer": {"fastgp._backends"},
+}
+
+
+def test_the_application_uses_the_public_api_but_for_named_exceptions():
+    found = {}
+    for name, path in application_modules().items():
+        private = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                named = [f"fastgp.{a.name}" for a in node.names] if node.module == "fastgp" else []
+                modules = [node.module, *named]
+                private |= {m for m in modules if m.startswith("fastgp._")}
+        if private - PRIVATE_ON_PURPOSE.get(name, set()):
+            found[name] = sorted(private)
+        if name in PRIVATE_ON_PURPOSE:
+            assert "Private on purpose" in path.read_text(), name
+    assert not found, found

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastgp._compiled import TOPOLOGIES
+from fastgp.measure import TOPOLOGIES
 
 
 class TuneError(Exception):

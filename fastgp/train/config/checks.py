@@ -7,7 +7,7 @@ check(config)     every group in turn: counts, choices, numbers, seed, second or
 import math
 from typing import Any
 
-from fastgp._backends import BACKENDS
+from fastgp.options import BACKENDS
 from fastgp.train.config.choices import (
     CONFIG_SECOND_ORDER,
     CRITICS,

@@ -8,9 +8,7 @@ from typing import Literal, TypeAlias
 
 import jax.numpy as jnp
 
-from fastgp._penalty.kinds import KINDS
-from fastgp._typing import Kind, SecondOrder
-from fastgp.penalty import SECOND_ORDER
+from fastgp.options import KINDS, SECOND_ORDER, Kind, SecondOrder
 from fastgp.train.config.values import INT32_MAX
 
 PRECISIONS = {"f32": jnp.float32, "bf16": jnp.bfloat16}

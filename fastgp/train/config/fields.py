@@ -15,8 +15,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import fastgp.train.config.values as values
-from fastgp._backends import BACKENDS
-from fastgp._typing import Backend, Kind, SecondOrder
+from fastgp.options import BACKENDS, Backend, Kind, SecondOrder
 from fastgp.train.config.checks import check
 from fastgp.train.config.choices import (
     CONFIG_SECOND_ORDER,

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from fastgp._typing import Backend, SecondOrder
+from fastgp.options import Backend, SecondOrder
 from fastgp.train.config import CriticName, Precision, TrainConfig, TrainKind
 from fastgp.train.data.sets import CHECK_DATASETS, load_digits, sample_toy
 from fastgp.train.models.networks import Model, conv_critic, conv_generator, mlp, vit_critic

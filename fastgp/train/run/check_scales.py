@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+# Private on purpose: the error scales recompute the naive step's own pieces (the approximation's
+# perturbation, the plain-jnp norms and penalties), not the public entry points that wrap them.
 from fastgp._approximate.api import perturb
 from fastgp._penalty.reference import naive_grad_norms, naive_penalties
 from fastgp.train.objective.losses import critic_terms, generator_terms, uses_real_in_generator

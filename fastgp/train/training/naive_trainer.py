@@ -29,6 +29,9 @@ import numpy as np
 import optax
 
 from fastgp import approximate_r1
+
+# Private on purpose: the oracle's per-sample norms in plain jnp; fastgp.grad_norms would route
+# them through the backends this oracle checks.
 from fastgp._penalty.reference import naive_grad_norms, naive_gradient_penalty
 from fastgp.train.config import TrainConfig
 from fastgp.train.models.networks import Model

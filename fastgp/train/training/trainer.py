@@ -55,6 +55,8 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+# Private on purpose: the sharded trainer calls fastgp's kernels inside its own shard_map, so it
+# needs the check that a backend runs on manual axes and the CPU interpret modes' blocking call.
 from fastgp._backends import blocking, check_backend_for_manual_axes
 from fastgp.diagnostics import per_device
 from fastgp.distributed import global_batch_slice, global_mean
