@@ -6,7 +6,7 @@
 A page marks a quoted block as ``<!-- results:NAME -->`` ... ``<!-- /results:NAME -->`` (a table
 on lines of its own, or a sentence inside a paragraph); ``tests/docs/test_figures.py`` checks that
 the text between the marks is :func:`render` of ``NAME``, so a page whose figures the results files
-no longer give fails the suite. Sources, per block (:data:`SOURCES`, paths under results/):
+no longer give fails the suite. Sources, per block (:data:`BLOCKS`, paths under results/):
 
     suites/bench.json                  the CPU zoo (suites/report.py renders zoo/zoo_cpu.md of it)
     zoo/zoo_tpu.json,                  the zoo compiled for v5e and v6e (zoo/zoo_tpu.md)
@@ -43,6 +43,8 @@ import json
 import pathlib
 import re
 import sys
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import benchmarks
 from benchmarks import harness
@@ -748,135 +750,145 @@ def attention_gpu(results):
     return gpu_attention.table_lines(_gpu_attention(results))
 
 
+class Block(NamedTuple):
+    """A quoted block: ``render(results)`` -> its lines (a table) or a string (a sentence), and
+    the results files, as paths under RESULTS, it reads."""
+
+    render: Callable[[Any], Any]
+    sources: tuple[str, ...]
+
+
+# Every block the pages quote: how it renders, and the results files it is rendered from (paths
+# under RESULTS).
 BLOCKS = {
-    "exactness-study-vit": exactness_tables.study("vit"),
-    "exactness-study-conv": exactness_tables.study("conv"),
-    "exactness-steptime-conv": exactness_tables.steptime("conv"),
-    "exactness-steptime-vit": exactness_tables.steptime("vit"),
-    "exactness-sigma": exactness_tables.sigma,
-    "exactness-compiled": exactness_tables.compiled,
-    "check-isa": exactness_tables.check_isa,
-    "approximate-r1-ratios": approximate_r1_tables.ratios,
-    "approximate-r1-gradients": approximate_r1_tables.gradients,
-    "approximate-r1-cost": approximate_r1_tables.cost,
-    "approximate-r1-training": approximate_r1_tables.training,
-    "approximate-r1-long-tpu": approximate_r1_tables.long_tpu,
-    "approximate-r1-long-cpu": approximate_r1_tables.long_cpu,
-    "approximate-r1-transformer-training": approximate_r1_tables.transformer_training,
-    "exact-over-approximate": approximate_r1_tables.exact_over_approximate,
-    "toy-tpu": toy_tpu,
-    "sharded-tpu": sharded_tpu,
-    "vmem-request": vmem_request,
-    "attention-tpu": attention_tpu,
-    "attention-sequence-tpu": attention_sequence_tpu,
-    "attention-sequence-tpu-ring": attention_sequence_tpu_ring,
-    "attention-sequence-tpu-all-to-all": attention_sequence_tpu_all_to_all,
-    "attention-jvp-memory": attention_jvp_memory,
-    "attention-sequence-memory": attention_sequence_memory,
-    "exactness-recipe-runs": exactness_recipe_runs,
-    "exactness-declared": exactness_declared,
-    "exactness-answer": exactness_answer,
-    "attention-sequence-memory-heads": attention_sequence_memory_heads,
-    "attention-sequence-time-heads": attention_sequence_time_heads,
-    "attention-sequence-axes": attention_sequence_axes,
-    "attention-sequence-axes-tpu": attention_sequence_axes_tpu,
-    "attention-sequence-axes-time": attention_sequence_axes_time,
-    "attention-sequence-memory-tpu": attention_sequence_memory_tpu,
-    "attention-sequence-memory-headline": attention_sequence_memory_headline,
-    "attention-ring-overlap": attention_ring_overlap,
-    "attention-auto": attention_auto,
-    "attention-gpu": attention_gpu,
-    "gpu-bandwidth": gpu_bandwidth,
-    "attention-second-order": attention_second_order,
-    "zoo-headline": zoo_headline,
-    "zoo-summary": zoo_summary,
-    "zoo-cpu": zoo_cpu,
-    "zoo-pallas": zoo_pallas,
-    "zoo-bytes-v5e": zoo_bytes("v5e"),
-    "zoo-bytes-v6e": zoo_bytes("v6e"),
-    "zoo-capacity": zoo_capacity,
-    "toy-runs": toy_runs,
-    "train-time": train_time,
-    "trainer-runs": trainer_runs,
-    "digits-runs": digits_runs,
-}
-# The results files each block is rendered from, as paths under RESULTS.
-SOURCES = {
-    "exactness-study-vit": ("exactness/study_vit.json",),
-    "exactness-study-conv": ("exactness/study_conv.json",),
-    "exactness-steptime-conv": ("exactness/steptime_conv.json",),
-    "exactness-recipe-runs": ("exactness/recipe_runs.json",),
-    "exactness-declared": ("exactness/declared_vit.json",),
-    "exactness-answer": ("exactness/declared_vit.json",),
-    "exactness-steptime-vit": ("exactness/steptime_vit.json",),
-    "exactness-sigma": ("exactness/sigma.json",),
-    "exactness-compiled": ("exactness/compiled.json",),
-    "check-isa": ("training/check_isa.json",),
-    "approximate-r1-ratios": ("approximate_r1/approximate_r1.json",),
-    "approximate-r1-gradients": ("approximate_r1/approximate_r1_gradients.json",),
-    "approximate-r1-cost": (
-        "approximate_r1/approximate_r1.json",
-        "approximate_r1/approximate_r1_tpu.json",
-        "approximate_r1/approximate_r1_tpu_capacity.json",
+    "exactness-study-vit": Block(exactness_tables.study("vit"), ("exactness/study_vit.json",)),
+    "exactness-study-conv": Block(exactness_tables.study("conv"), ("exactness/study_conv.json",)),
+    "exactness-steptime-conv": Block(
+        exactness_tables.steptime("conv"), ("exactness/steptime_conv.json",)
     ),
-    "approximate-r1-training": ("approximate_r1/approximate_r1_training.json",),
-    "approximate-r1-long-tpu": ("attention/attention_tpu.json",),
-    "approximate-r1-long-cpu": ("approximate_r1/long_sequences.json",),
-    "approximate-r1-transformer-training": ("approximate_r1/transformer_training.json",),
-    "exact-over-approximate": (
-        "attention/attention_tpu.json",
-        "approximate_r1/long_sequences.json",
-        "approximate_r1/transformer_training.json",
+    "exactness-steptime-vit": Block(
+        exactness_tables.steptime("vit"), ("exactness/steptime_vit.json",)
     ),
-    "toy-tpu": ("tpu/tpu_compile.json",),
-    "sharded-tpu": ("tpu/tpu_sharded_compile.json",),
-    "vmem-request": (
-        "tpu/vmem_request_three_quarters.json",
-        "zoo/zoo_tpu.json",
-        "tpu/tpu_compile.json",
+    "exactness-sigma": Block(exactness_tables.sigma, ("exactness/sigma.json",)),
+    "exactness-compiled": Block(exactness_tables.compiled, ("exactness/compiled.json",)),
+    "check-isa": Block(exactness_tables.check_isa, ("training/check_isa.json",)),
+    "approximate-r1-ratios": Block(
+        approximate_r1_tables.ratios, ("approximate_r1/approximate_r1.json",)
     ),
-    "attention-tpu": ("attention/attention_tpu.json",),
-    "attention-sequence-tpu": ("attention/sequence_tpu.json",),
-    "attention-sequence-tpu-ring": ("attention/sequence_tpu.json",),
-    "attention-sequence-tpu-all-to-all": ("attention/sequence_tpu.json",),
-    "attention-jvp-memory": ("attention/jvp_memory.json",),
-    "attention-sequence-memory": ("attention/sequence_memory.json",),
-    "attention-sequence-memory-tpu": ("attention/sequence_memory_tpu.json",),
-    "attention-sequence-memory-heads": ("attention/sequence_memory_h8.json",),
-    "attention-sequence-time-heads": ("attention/sequence_time_h8.json",),
-    "attention-sequence-axes": ("attention/sequence_axes.json",),
-    "attention-sequence-axes-tpu": ("attention/sequence_axes_tpu.json",),
-    "attention-sequence-axes-time": ("attention/sequence_axes_time.json",),
-    "attention-sequence-memory-headline": (
-        "attention/sequence_memory.json",
-        "attention/sequence_memory_h8.json",
+    "approximate-r1-gradients": Block(
+        approximate_r1_tables.gradients, ("approximate_r1/approximate_r1_gradients.json",)
     ),
-    "attention-ring-overlap": ("attention/ring_overlap.json",),
-    "attention-auto": ("attention/attention_tpu.json", "attention/auto_cpu.json", *GPU_ATTENTION),
-    "attention-gpu": GPU_ATTENTION,
-    "gpu-bandwidth": ("gpu/gpu_bandwidth.md",),
-    "attention-second-order": (
-        "attention/attention_tpu.json",
-        "attention/attention_tpu_before.json",
+    "approximate-r1-cost": Block(
+        approximate_r1_tables.cost,
+        (
+            "approximate_r1/approximate_r1.json",
+            "approximate_r1/approximate_r1_tpu.json",
+            "approximate_r1/approximate_r1_tpu_capacity.json",
+        ),
     ),
-    "zoo-headline": ("suites/bench.json", "zoo/zoo_tpu.json"),
-    "zoo-summary": ("suites/bench.json", "zoo/zoo_tpu.json", "zoo/zoo_capacity.json"),
-    "zoo-cpu": ("suites/bench.json",),
-    "zoo-pallas": ("zoo/zoo_tpu.json",),
-    "zoo-bytes-v5e": ("zoo/zoo_tpu.json", "zoo/zoo_capacity_compiles.json"),
-    "zoo-bytes-v6e": ("zoo/zoo_tpu.json",),
-    "zoo-capacity": ("zoo/zoo_capacity.json",),
-    "toy-runs": ("training/train_time.json", "training/trainer_runs.json"),
-    "train-time": ("training/train_time.json",),
-    "trainer-runs": ("training/train_time.json", "training/trainer_runs.json"),
-    "digits-runs": ("training/trainer_runs.json",),
+    "approximate-r1-training": Block(
+        approximate_r1_tables.training, ("approximate_r1/approximate_r1_training.json",)
+    ),
+    "approximate-r1-long-tpu": Block(
+        approximate_r1_tables.long_tpu, ("attention/attention_tpu.json",)
+    ),
+    "approximate-r1-long-cpu": Block(
+        approximate_r1_tables.long_cpu, ("approximate_r1/long_sequences.json",)
+    ),
+    "approximate-r1-transformer-training": Block(
+        approximate_r1_tables.transformer_training, ("approximate_r1/transformer_training.json",)
+    ),
+    "exact-over-approximate": Block(
+        approximate_r1_tables.exact_over_approximate,
+        (
+            "attention/attention_tpu.json",
+            "approximate_r1/long_sequences.json",
+            "approximate_r1/transformer_training.json",
+        ),
+    ),
+    "toy-tpu": Block(toy_tpu, ("tpu/tpu_compile.json",)),
+    "sharded-tpu": Block(sharded_tpu, ("tpu/tpu_sharded_compile.json",)),
+    "vmem-request": Block(
+        vmem_request,
+        (
+            "tpu/vmem_request_three_quarters.json",
+            "zoo/zoo_tpu.json",
+            "tpu/tpu_compile.json",
+        ),
+    ),
+    "attention-tpu": Block(attention_tpu, ("attention/attention_tpu.json",)),
+    "attention-sequence-tpu": Block(attention_sequence_tpu, ("attention/sequence_tpu.json",)),
+    "attention-sequence-tpu-ring": Block(
+        attention_sequence_tpu_ring, ("attention/sequence_tpu.json",)
+    ),
+    "attention-sequence-tpu-all-to-all": Block(
+        attention_sequence_tpu_all_to_all, ("attention/sequence_tpu.json",)
+    ),
+    "attention-jvp-memory": Block(attention_jvp_memory, ("attention/jvp_memory.json",)),
+    "attention-sequence-memory": Block(
+        attention_sequence_memory, ("attention/sequence_memory.json",)
+    ),
+    "exactness-recipe-runs": Block(exactness_recipe_runs, ("exactness/recipe_runs.json",)),
+    "exactness-declared": Block(exactness_declared, ("exactness/declared_vit.json",)),
+    "exactness-answer": Block(exactness_answer, ("exactness/declared_vit.json",)),
+    "attention-sequence-memory-heads": Block(
+        attention_sequence_memory_heads, ("attention/sequence_memory_h8.json",)
+    ),
+    "attention-sequence-time-heads": Block(
+        attention_sequence_time_heads, ("attention/sequence_time_h8.json",)
+    ),
+    "attention-sequence-axes": Block(attention_sequence_axes, ("attention/sequence_axes.json",)),
+    "attention-sequence-axes-tpu": Block(
+        attention_sequence_axes_tpu, ("attention/sequence_axes_tpu.json",)
+    ),
+    "attention-sequence-axes-time": Block(
+        attention_sequence_axes_time, ("attention/sequence_axes_time.json",)
+    ),
+    "attention-sequence-memory-tpu": Block(
+        attention_sequence_memory_tpu, ("attention/sequence_memory_tpu.json",)
+    ),
+    "attention-sequence-memory-headline": Block(
+        attention_sequence_memory_headline,
+        (
+            "attention/sequence_memory.json",
+            "attention/sequence_memory_h8.json",
+        ),
+    ),
+    "attention-ring-overlap": Block(attention_ring_overlap, ("attention/ring_overlap.json",)),
+    "attention-auto": Block(
+        attention_auto, ("attention/attention_tpu.json", "attention/auto_cpu.json", *GPU_ATTENTION)
+    ),
+    "attention-gpu": Block(attention_gpu, GPU_ATTENTION),
+    "gpu-bandwidth": Block(gpu_bandwidth, ("gpu/gpu_bandwidth.md",)),
+    "attention-second-order": Block(
+        attention_second_order,
+        (
+            "attention/attention_tpu.json",
+            "attention/attention_tpu_before.json",
+        ),
+    ),
+    "zoo-headline": Block(zoo_headline, ("suites/bench.json", "zoo/zoo_tpu.json")),
+    "zoo-summary": Block(
+        zoo_summary, ("suites/bench.json", "zoo/zoo_tpu.json", "zoo/zoo_capacity.json")
+    ),
+    "zoo-cpu": Block(zoo_cpu, ("suites/bench.json",)),
+    "zoo-pallas": Block(zoo_pallas, ("zoo/zoo_tpu.json",)),
+    "zoo-bytes-v5e": Block(
+        zoo_bytes("v5e"), ("zoo/zoo_tpu.json", "zoo/zoo_capacity_compiles.json")
+    ),
+    "zoo-bytes-v6e": Block(zoo_bytes("v6e"), ("zoo/zoo_tpu.json",)),
+    "zoo-capacity": Block(zoo_capacity, ("zoo/zoo_capacity.json",)),
+    "toy-runs": Block(toy_runs, ("training/train_time.json", "training/trainer_runs.json")),
+    "train-time": Block(train_time, ("training/train_time.json",)),
+    "trainer-runs": Block(trainer_runs, ("training/train_time.json", "training/trainer_runs.json")),
+    "digits-runs": Block(digits_runs, ("training/trainer_runs.json",)),
 }
 
 
 def render(name, results=None):
     """Block ``name`` as the pages hold it: a table on lines of its own (a newline either side),
     a sentence inline."""
-    text = BLOCKS[name](results or Results())
+    text = BLOCKS[name].render(results or Results())
     return text if isinstance(text, str) else "\n" + "\n".join(text) + "\n"
 
 

@@ -50,9 +50,8 @@ def test_the_headline_figures_are_quoted_from_the_results(name):
 def test_every_block_is_quoted_somewhere_and_has_its_sources():
     quoted = {block for page in published.PAGES for block, _ in published.quoted(page)}
     assert quoted == set(published.BLOCKS)
-    assert set(published.SOURCES) == set(published.BLOCKS)
-    for sources in published.SOURCES.values():
-        assert all((published.RESULTS / source).exists() for source in sources)
+    for block in published.BLOCKS.values():
+        assert block.sources and all((published.RESULTS / s).exists() for s in block.sources)
 
 
 @pytest.mark.parametrize("page", published.PAGES, ids=lambda page: page.name)
@@ -60,7 +59,8 @@ def test_quoted_figures_equal_the_results_files(page, results):
     for name, text in published.quoted(page):
         assert text == published.render(name, results), (
             f"{page.name}: the figures of block {name!r} differ from "
-            f"{', '.join(published.SOURCES[name])}; run `python -m benchmarks.published --write`"
+            f"{', '.join(published.BLOCKS[name].sources)}; run "
+            "`python -m benchmarks.published --write`"
         )
 
 
