@@ -39,6 +39,7 @@ no longer give fails the suite. Sources, per block (:data:`BLOCKS`, paths under 
     training/check_isa.json            fastgp check under every CPU vector width
 """
 
+import importlib
 import json
 import pathlib
 import re
@@ -500,20 +501,6 @@ def digits_runs(results):
 # --- attention ----------------------------------------------------------------------------------
 
 
-def toy_tpu(results):
-    """performance.md's table of the toy critics' steps compiled for TPU chips."""
-    from benchmarks.tpu import compile as tpu_compile
-
-    return tpu_compile.table(_json_in(results.dir, "tpu/tpu_compile.json"))
-
-
-def sharded_tpu(results):
-    """performance.md's table of the conv critic's step sharded over TPU meshes."""
-    from benchmarks.tpu import sharded_compile
-
-    return sharded_compile.table(_json_in(results.dir, "tpu/tpu_sharded_compile.json"))
-
-
 def vmem_request(results):
     """performance.md's table: the penalty kernels' steps with a scoped-VMEM request of 3/4 of
     the core's VMEM over the same steps with the request their blocks need."""
@@ -575,36 +562,6 @@ def attention_tpu(results):
     )
 
 
-def attention_sequence_tpu(results):
-    """performance.md's table of the sequence-parallel ViT critic on 16 v5e chips (the gather)."""
-    from benchmarks.attention import sequence_tpu
-
-    return sequence_tpu.table(_json_in(results.dir, "attention/sequence_tpu.json"))
-
-
-def attention_sequence_tpu_ring(results):
-    """The same table on the ring."""
-    from benchmarks.attention import sequence_tpu
-
-    records = _json_in(results.dir, "attention/sequence_tpu.json")
-    return sequence_tpu.table(records, scheme="ring")
-
-
-def attention_sequence_tpu_all_to_all(results):
-    """performance.md's table of the same steps with the all-to-all, at n = 4 (the heads)."""
-    from benchmarks.attention import sequence_tpu
-
-    records = _json_in(results.dir, "attention/sequence_tpu.json")
-    return sequence_tpu.table(records, shards=(4,), scheme="all-to-all")
-
-
-def exactness_recipe_runs(results):
-    """trainer.md's table of the relativistic recipe's default runs on MNIST."""
-    from benchmarks.exactness import recipe_run
-
-    return recipe_run.table(_json_in(results.dir, "exactness/recipe_runs.json"))
-
-
 def _declared(results):
     from benchmarks.exactness import design
 
@@ -629,62 +586,6 @@ def exactness_answer(results):
     return declared_report.answer(_declared(results))
 
 
-def attention_sequence_memory(results):
-    """performance.md's table of sequence-parallel attention's memory per CPU device."""
-    from benchmarks.attention import sequence_memory
-
-    return sequence_memory.table(_json_in(results.dir, "attention/sequence_memory.json"))
-
-
-def attention_sequence_memory_heads(results):
-    """performance.md's table of the three schemes' memory per CPU device, 8 heads."""
-    from benchmarks.attention import sequence_memory
-
-    return sequence_memory.table(_json_in(results.dir, "attention/sequence_memory_h8.json"))
-
-
-def attention_sequence_time_heads(results):
-    """performance.md's table of the three schemes' times on CPU, 8 heads, 4,096 tokens."""
-    from benchmarks.attention import sequence_memory
-
-    return sequence_memory.table(_json_in(results.dir, "attention/sequence_time_h8.json"))
-
-
-def attention_sequence_axes(results):
-    """performance.md's table of the all-to-all-then-ring split against the ring, CPU."""
-    from benchmarks.attention import sequence_axes
-
-    return sequence_axes.table(_json_in(results.dir, "attention/sequence_axes.json"))
-
-
-def attention_sequence_axes_time(results):
-    """performance.md's table of the all-to-all-then-ring split timed against the ring, CPU."""
-    from benchmarks.attention import sequence_axes
-
-    return sequence_axes.table(_json_in(results.dir, "attention/sequence_axes_time.json"))
-
-
-def attention_sequence_axes_tpu(results):
-    """performance.md's table of the all-to-all-then-ring split against the ring on v5e."""
-    from benchmarks.attention import sequence_axes
-
-    return sequence_axes.tpu_table(_json_in(results.dir, "attention/sequence_axes_tpu.json"))
-
-
-def attention_sequence_memory_tpu(results):
-    """performance.md's table of the ring's and the gather's R1 program on 16 v5e chips."""
-    from benchmarks.attention import sequence_memory
-
-    return sequence_memory.tpu_table(_json_in(results.dir, "attention/sequence_memory_tpu.json"))
-
-
-def attention_ring_overlap(results):
-    """performance.md's table of the ring's transfers by what XLA:TPU schedules beside them."""
-    from benchmarks.attention import ring_overlap
-
-    return ring_overlap.table(_json_in(results.dir, "attention/ring_overlap.json"))
-
-
 def attention_sequence_memory_headline(results):
     """README's sentence on the ring's memory per device."""
     from benchmarks.attention import sequence_memory
@@ -693,13 +594,6 @@ def attention_sequence_memory_headline(results):
         _json_in(results.dir, "attention/sequence_memory.json"),
         _json_in(results.dir, "attention/sequence_memory_h8.json"),
     )
-
-
-def attention_jvp_memory(results):
-    """recipes.md's table of a transformer block's JVP memory through each attention."""
-    from benchmarks.attention import jvp_memory
-
-    return jvp_memory.table(_json_in(results.dir, "attention/jvp_memory.json"))
 
 
 def attention_second_order(results):
@@ -758,6 +652,17 @@ class Block(NamedTuple):
     sources: tuple[str, ...]
 
 
+def _study_table(module: str, source: str, function: str = "table", **kwargs: Any) -> "Block":
+    """The block that a study renders from its one results file: ``benchmarks.<module>``'s
+    ``function`` (imported when first rendered) on ``source`` loaded, with ``kwargs``."""
+
+    def render(results: Any) -> Any:
+        study = importlib.import_module(f"benchmarks.{module}")
+        return getattr(study, function)(_json_in(results.dir, source), **kwargs)
+
+    return Block(render, (source,))
+
+
 # Every block the pages quote: how it renders, and the results files it is rendered from (paths
 # under RESULTS).
 BLOCKS = {
@@ -806,8 +711,8 @@ BLOCKS = {
             "approximate_r1/transformer_training.json",
         ),
     ),
-    "toy-tpu": Block(toy_tpu, ("tpu/tpu_compile.json",)),
-    "sharded-tpu": Block(sharded_tpu, ("tpu/tpu_sharded_compile.json",)),
+    "toy-tpu": _study_table("tpu.compile", "tpu/tpu_compile.json"),
+    "sharded-tpu": _study_table("tpu.sharded_compile", "tpu/tpu_sharded_compile.json"),
     "vmem-request": Block(
         vmem_request,
         (
@@ -817,35 +722,37 @@ BLOCKS = {
         ),
     ),
     "attention-tpu": Block(attention_tpu, ("attention/attention_tpu.json",)),
-    "attention-sequence-tpu": Block(attention_sequence_tpu, ("attention/sequence_tpu.json",)),
-    "attention-sequence-tpu-ring": Block(
-        attention_sequence_tpu_ring, ("attention/sequence_tpu.json",)
+    "attention-sequence-tpu": _study_table("attention.sequence_tpu", "attention/sequence_tpu.json"),
+    "attention-sequence-tpu-ring": _study_table(
+        "attention.sequence_tpu", "attention/sequence_tpu.json", scheme="ring"
     ),
-    "attention-sequence-tpu-all-to-all": Block(
-        attention_sequence_tpu_all_to_all, ("attention/sequence_tpu.json",)
+    "attention-sequence-tpu-all-to-all": _study_table(
+        "attention.sequence_tpu", "attention/sequence_tpu.json", shards=(4,), scheme="all-to-all"
     ),
-    "attention-jvp-memory": Block(attention_jvp_memory, ("attention/jvp_memory.json",)),
-    "attention-sequence-memory": Block(
-        attention_sequence_memory, ("attention/sequence_memory.json",)
+    "attention-jvp-memory": _study_table("attention.jvp_memory", "attention/jvp_memory.json"),
+    "attention-sequence-memory": _study_table(
+        "attention.sequence_memory", "attention/sequence_memory.json"
     ),
-    "exactness-recipe-runs": Block(exactness_recipe_runs, ("exactness/recipe_runs.json",)),
+    "exactness-recipe-runs": _study_table("exactness.recipe_run", "exactness/recipe_runs.json"),
     "exactness-declared": Block(exactness_declared, ("exactness/declared_vit.json",)),
     "exactness-answer": Block(exactness_answer, ("exactness/declared_vit.json",)),
-    "attention-sequence-memory-heads": Block(
-        attention_sequence_memory_heads, ("attention/sequence_memory_h8.json",)
+    "attention-sequence-memory-heads": _study_table(
+        "attention.sequence_memory", "attention/sequence_memory_h8.json"
     ),
-    "attention-sequence-time-heads": Block(
-        attention_sequence_time_heads, ("attention/sequence_time_h8.json",)
+    "attention-sequence-time-heads": _study_table(
+        "attention.sequence_memory", "attention/sequence_time_h8.json"
     ),
-    "attention-sequence-axes": Block(attention_sequence_axes, ("attention/sequence_axes.json",)),
-    "attention-sequence-axes-tpu": Block(
-        attention_sequence_axes_tpu, ("attention/sequence_axes_tpu.json",)
+    "attention-sequence-axes": _study_table(
+        "attention.sequence_axes", "attention/sequence_axes.json"
     ),
-    "attention-sequence-axes-time": Block(
-        attention_sequence_axes_time, ("attention/sequence_axes_time.json",)
+    "attention-sequence-axes-tpu": _study_table(
+        "attention.sequence_axes", "attention/sequence_axes_tpu.json", function="tpu_table"
     ),
-    "attention-sequence-memory-tpu": Block(
-        attention_sequence_memory_tpu, ("attention/sequence_memory_tpu.json",)
+    "attention-sequence-axes-time": _study_table(
+        "attention.sequence_axes", "attention/sequence_axes_time.json"
+    ),
+    "attention-sequence-memory-tpu": _study_table(
+        "attention.sequence_memory", "attention/sequence_memory_tpu.json", function="tpu_table"
     ),
     "attention-sequence-memory-headline": Block(
         attention_sequence_memory_headline,
@@ -854,7 +761,7 @@ BLOCKS = {
             "attention/sequence_memory_h8.json",
         ),
     ),
-    "attention-ring-overlap": Block(attention_ring_overlap, ("attention/ring_overlap.json",)),
+    "attention-ring-overlap": _study_table("attention.ring_overlap", "attention/ring_overlap.json"),
     "attention-auto": Block(
         attention_auto, ("attention/attention_tpu.json", "attention/auto_cpu.json", *GPU_ATTENTION)
     ),
