@@ -159,24 +159,8 @@ def chunk_costs(dataset: str, rounds: int, chunk: int = 100, flip: bool = False)
     }
 
 
-def report(runs: list, args, meta: dict, chunks=()) -> str:
-    """The markdown page: every run in the order run, the medians per dataset and mode, then the
-    in-process chunk comparison."""
-    lines = [
-        "# Training time of the default runs: unfused against the default choice",
-        "",
-        (
-            f"`{meta['command']}` on {meta['machine']}, commit {meta['commit']}: "
-            "`fastgp train --dataset D --fused {off,auto}` with the dataset's recipe, the two "
-            "modes alternating (off, auto, then auto, off) within each repeat. train_s is "
-            "summary.json's (compilation, evaluations and checkpoints included; start-up and the "
-            "final figure excluded); first log = wall time to step 100 (compilation plus 100 "
-            "steps); steady = steps/s after it; CPU s = user + sys of the whole command; load = "
-            "the 1-minute load average before -> after the run (2 cores, shared). meets: every "
-            f"mode, >= {MIN_HIGH_QUALITY:.0f} % high quality, train_s <= {BUDGET_S:.0f} s."
-        ),
-        "",
-    ]
+def _runs_table(runs: list) -> list[str]:
+    """Every run in the order run."""
     rows = [
         [
             i,
@@ -210,9 +194,13 @@ def report(runs: list, args, meta: dict, chunks=()) -> str:
         "meets",
         "load",
     ]
-    lines += [*markdown_table(head, rows), "", "Medians per dataset and mode:", ""]
+    return markdown_table(head, rows)
+
+
+def _medians_table(runs: list, datasets: list[str]) -> list[str]:
+    """The medians per dataset and mode."""
     rows = []
-    for dataset in args.datasets:
+    for dataset in datasets:
         for mode, label in MODES.items():
             rs = [r for r in runs if r["dataset"] == dataset and r["mode"] == mode]
             if not rs:
@@ -243,46 +231,74 @@ def report(runs: list, args, meta: dict, chunks=()) -> str:
         "high quality",
         "load before",
     ]
+    return markdown_table(head, rows)
+
+
+def _chunks_section(chunks) -> list[str]:
+    """The in-process chunk comparison."""
+    lines = [
+        "",
+        (
+            f"The same paths in one process, {chunks[0]['chunk']}-step chunks alternating "
+            f"({chunks[0]['rounds']} rounds per mode after each one's first chunk; medians):"
+        ),
+        "",
+    ]
+    rows = []
+    for c in chunks:
+        for mode, label in MODES.items():
+            m = c["modes"][mode]
+            rows.append(
+                [
+                    c["dataset"],
+                    label,
+                    mode == "auto" and c["auto_fused"],
+                    f"{m['first_chunk_s']:.1f} s (CPU {m['first_chunk_cpu_s']:.1f} s)",
+                    f"{m['wall_ms_per_step']:.2f}",
+                    f"{m['cpu_ms_per_step']:.2f}",
+                    f"{m['load_median']:.2f}",
+                ]
+            )
+    head = [
+        "dataset",
+        "mode",
+        "fused",
+        "first chunk (compile + 100 steps)",
+        "wall ms/step",
+        "CPU ms/step",
+        "load",
+    ]
     lines += markdown_table(head, rows)
+    lines += [""] + [
+        f"{c['dataset']}: auto / off per paired chunk, median: wall "
+        f"{c['wall_ratio_auto_over_off']:.3f}, CPU {c['cpu_ratio_auto_over_off']:.3f}."
+        for c in chunks
+    ]
+    return lines
+
+
+def report(runs: list, args, meta: dict, chunks=()) -> str:
+    """The markdown page: every run in the order run, the medians per dataset and mode, then the
+    in-process chunk comparison."""
+    lines = [
+        "# Training time of the default runs: unfused against the default choice",
+        "",
+        (
+            f"`{meta['command']}` on {meta['machine']}, commit {meta['commit']}: "
+            "`fastgp train --dataset D --fused {off,auto}` with the dataset's recipe, the two "
+            "modes alternating (off, auto, then auto, off) within each repeat. train_s is "
+            "summary.json's (compilation, evaluations and checkpoints included; start-up and the "
+            "final figure excluded); first log = wall time to step 100 (compilation plus 100 "
+            "steps); steady = steps/s after it; CPU s = user + sys of the whole command; load = "
+            "the 1-minute load average before -> after the run (2 cores, shared). meets: every "
+            f"mode, >= {MIN_HIGH_QUALITY:.0f} % high quality, train_s <= {BUDGET_S:.0f} s."
+        ),
+        "",
+    ]
+    lines += [*_runs_table(runs), "", "Medians per dataset and mode:", ""]
+    lines += _medians_table(runs, args.datasets)
     if chunks:
-        lines += [
-            "",
-            (
-                f"The same paths in one process, {chunks[0]['chunk']}-step chunks alternating "
-                f"({chunks[0]['rounds']} rounds per mode after each one's first chunk; medians):"
-            ),
-            "",
-        ]
-        rows = []
-        for c in chunks:
-            for mode, label in MODES.items():
-                m = c["modes"][mode]
-                rows.append(
-                    [
-                        c["dataset"],
-                        label,
-                        mode == "auto" and c["auto_fused"],
-                        f"{m['first_chunk_s']:.1f} s (CPU {m['first_chunk_cpu_s']:.1f} s)",
-                        f"{m['wall_ms_per_step']:.2f}",
-                        f"{m['cpu_ms_per_step']:.2f}",
-                        f"{m['load_median']:.2f}",
-                    ]
-                )
-        head = [
-            "dataset",
-            "mode",
-            "fused",
-            "first chunk (compile + 100 steps)",
-            "wall ms/step",
-            "CPU ms/step",
-            "load",
-        ]
-        lines += markdown_table(head, rows)
-        lines += [""] + [
-            f"{c['dataset']}: auto / off per paired chunk, median: wall "
-            f"{c['wall_ratio_auto_over_off']:.3f}, CPU {c['cpu_ratio_auto_over_off']:.3f}."
-            for c in chunks
-        ]
+        lines += _chunks_section(chunks)
     return "\n".join(lines) + "\n"
 
 
