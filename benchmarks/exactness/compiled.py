@@ -206,12 +206,11 @@ def _ratio(value: float, base: float) -> str:
     return f"{value / base:.3f}x" if base else "-"
 
 
-def markdown(result: dict[str, Any]) -> str:
-    """The page: per row and token count one step's figures relative to r3gan's, then every
-    program compiled."""
-    done = [e for e in result["rows"] if "step" in e]
+def _step_cells(done: list[dict[str, Any]]) -> list[list[Any]]:
+    """Per row and token count, one step's figures and their ratio to r3gan's (a lazy row's
+    three programs each)."""
     base = {e["tokens"]: e["step"] for e in done if e["row"] == BASE}
-    cells, compiles = [], []
+    cells = []
     for e in done:
         lines = [(e["row"], e["step"])]
         if e["gp_every"] > 1:
@@ -229,22 +228,34 @@ def markdown(result: dict[str, Any]) -> str:
                     f"{figures['roofline_s'] * 1e6:.0f}",
                 ]
             )
-        for program, f in e["compiles"].items():
-            compiles.append(
-                [
-                    e["row"],
-                    e["tokens"],
-                    program,
-                    f"{f['flops'] / 1e9:.2f}",
-                    f"{f['bytes'] / 1e9:.3f}",
-                    f"{f['peak'] / 2**20:.0f}",
-                    f["loops"],
-                    f["conditionals"],
-                    f["kernels"],
-                    f"{f['compile_s']:.0f}",
-                    f.get("commit", "-"),
-                ]
-            )
+    return cells
+
+
+def _compile_cells(done: list[dict[str, Any]]) -> list[list[Any]]:
+    """Every program compiled, with its figures, time and commit."""
+    return [
+        [
+            e["row"],
+            e["tokens"],
+            program,
+            f"{f['flops'] / 1e9:.2f}",
+            f"{f['bytes'] / 1e9:.3f}",
+            f"{f['peak'] / 2**20:.0f}",
+            f["loops"],
+            f["conditionals"],
+            f["kernels"],
+            f"{f['compile_s']:.0f}",
+            f.get("commit", "-"),
+        ]
+        for e in done
+        for program, f in e["compiles"].items()
+    ]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The page: per row and token count one step's figures relative to r3gan's, then every
+    program compiled."""
+    done = [e for e in result["rows"] if "step" in e]
     total = sum(f["compile_s"] for e in done for f in e["compiles"].values())
     command = " ".join(
         ["JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 python -m benchmarks.exactness.compiled"]
@@ -267,13 +278,13 @@ def markdown(result: dict[str, Any]) -> str:
             "",
             WHICH,
             "",
-            *markdown_table(head, cells),
+            *markdown_table(head, _step_cells(done)),
             "",
             f"## Every program compiled ({total:.0f} s of compiling in all)",
             "",
             COLUMNS,
             "",
-            *markdown_table(compiled_head, compiles),
+            *markdown_table(compiled_head, _compile_cells(done)),
             "",
         ]
     )
