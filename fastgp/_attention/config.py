@@ -16,6 +16,17 @@ def heads_split(heads: int, shards: int) -> bool:
     return heads % shards == 0
 
 
+def heads_do_not_split(heads: int, shards: int) -> ValueError:
+    """The refusal of ``sequence_parallel="all-to-all"`` where ``heads`` (each device's) are not
+    a multiple of the ``shards`` devices that split the tokens: the same in every mode."""
+    return ValueError(
+        f"fastgp.attention(sequence_parallel='all-to-all'): the all-to-all splits each "
+        f"device's heads over the {shards} devices that split the tokens, but q has "
+        f"{heads} heads on each device, not a multiple of {shards}. Pass "
+        f"sequence_parallel='ring' (any head count), or split the tokens over fewer devices."
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Score scale, causal masking, the queries and keys a step handles, the backend that runs
@@ -38,4 +49,4 @@ class Config:
     scheme: Scheme = "auto"
 
 
-__all__ = ["SCHEMES", "Config", "Scheme", "heads_split"]
+__all__ = ["SCHEMES", "Config", "Scheme", "heads_do_not_split", "heads_split"]

@@ -34,7 +34,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp._attention.config import Config, heads_split
+from fastgp._attention.config import Config, heads_do_not_split, heads_split
 from fastgp._attention.permute import own_channels
 from fastgp._attention.ring import Ring
 from fastgp._attention.trade import gathered_tokens, to_heads, to_tokens
@@ -112,6 +112,9 @@ def _plan(config: Config, mesh: Any, operands: Sequence[Any]) -> tuple[_Plan, Co
     if spec[2] is None:
         return _Plan(spec[0], spec[1], None), config, False
     (_, heads, tq, _), tk = operands[0].shape, operands[1].shape[2]
+    local_heads, shards = heads // _devices(spec[1], mesh), _devices(spec[2], mesh)
+    if config.scheme == "all-to-all" and shards > 1 and not heads_split(local_heads, shards):
+        raise heads_do_not_split(local_heads, shards)  # as in shard_map: asked, not substituted
     if _on_heads(config, spec, mesh, heads, tq, tk):
         return _Plan(spec[0], spec[1], spec[2]), config, True
     on_ring = _on_ring(config, spec[2], mesh, tq, tk)

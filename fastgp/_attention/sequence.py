@@ -39,7 +39,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp._attention.config import SCHEMES, Scheme, heads_split
+from fastgp._attention.config import SCHEMES, Scheme, heads_do_not_split, heads_split
 from fastgp._attention.padded import attend, shared_heads
 from fastgp._attention.ring import LAYOUTS, Layout, Ring
 from fastgp._attention.sharding import check_vma_for
@@ -196,12 +196,7 @@ def _check_layout(
             f"many queries as keys, got {q.shape[1]} and {k.shape[1]}"
         )
     if scheme == "all-to-all" and not heads_split(q.shape[2], shards):
-        raise ValueError(
-            f"fastgp.attention(sequence_parallel='all-to-all'): the all-to-all splits each "
-            f"device's heads over the {shards} devices that split the tokens, but q has "
-            f"{q.shape[2]} heads on each device, not a multiple of {shards}. Pass "
-            f"sequence_parallel='ring' (any head count), or split the tokens over fewer devices."
-        )
+        raise heads_do_not_split(q.shape[2], shards)
     if layout == "zigzag" and causal:
         if scheme == "all-gather":
             raise ValueError(

@@ -490,7 +490,7 @@ def test_the_all_to_all_trades_tokens_for_heads_and_gathers_only_the_mask():
     key mask gathered (1 all-gather, of booleans); its VJP's only gather is the mask's. Under
     Auto jax.jit each pass trades its own operands ("auto" takes it: 4 heads over 4 devices),
     with the tokens over two mesh axes too (8 heads over 8 devices); where the heads do not split
-    over the token shards (4 over 8), "all-to-all" there runs the ring."""
+    over the token shards (4 over 8), "auto" runs the ring and "all-to-all" is refused."""
     args, mask, _ = inputs(2, 64, 64, 4, 16, padding=True)
     args = placed(seq_mesh(), SEQ, args)
     fn = in_shard_map(mask, True, "xla", scheme="all-to-all")
@@ -506,15 +506,20 @@ def test_the_all_to_all_trades_tokens_for_heads_and_gathers_only_the_mask():
     assert "all-to-all" in found and "collective-permute" not in found, sorted(found)
     assert all(" pred[" in line for line in found["all-gather"]), found["all-gather"]
     mesh = jax.make_mesh((2, 4), ("data", "seq"), axis_types=(AxisType.Auto,) * 2)
-    for heads, kind in [(8, "all-to-all"), (4, "ring")]:
+    for heads, scheme, kind in [(8, "all-to-all", "all-to-all"), (4, "auto", "ring")]:
         (q, k, v), mask, (dq, dk, dv) = inputs(1, 128, 128, heads, 8, padding=True)
-        fn = in_auto_jit(mask, True, sequence_parallel="all-to-all")
+        fn = in_auto_jit(mask, True, sequence_parallel=scheme)
         spec = P(None, ("data", "seq"))
         args, tangents = placed(mesh, spec, ((q, k, v), (dq, dk, dv)))
         assert_same_first_order(fn, naive(mask, True), args, tangents)
         found = collectives(fn, *args)
         assert ("all-to-all" in found) == (kind == "all-to-all"), (heads, sorted(found))
         assert ("collective-permute" in found) == (kind == "ring"), (heads, sorted(found))
+    with pytest.raises(Exception, match="q has 4 heads on each device, not a multiple of 8"):
+        jax.jit(in_auto_jit(mask, True, **ALL_TO_ALL))(*args)
+
+
+ALL_TO_ALL = {"sequence_parallel": "all-to-all"}
 
 
 def test_refusals_name_the_problem():
@@ -556,8 +561,15 @@ def test_refusals_name_the_problem():
         jax.jit(in_auto_jit(None, True, sequence_layout="zigzag"))(*placed_args)
     with pytest.raises(ValueError, match="sequence_parallel='rings' is not one of"):
         jax.jit(in_auto_jit(None, True, sequence_parallel="rings"))(*placed_args)
-    with pytest.raises(ValueError, match="q has 1 heads on each device, not a multiple of 4"):
+    heads_refused = "q has 1 heads on each device, not a multiple of 4"
+    with pytest.raises(ValueError, match=heads_refused):
         jax.jit(split("all-to-all", "contiguous"))(*placed_args)
+    # Under Auto jit, one answer too: refused, never another scheme run in its place. XLA's
+    # partitioner calls the check while it compiles, so JAX wraps the ValueError in its own
+    # runtime error, whose text is the same message.
+    with pytest.raises(Exception, match=rf"ValueError: fastgp\.attention.*{heads_refused}"):
+        jax.jit(in_auto_jit(None, True, **ALL_TO_ALL))(*placed_args)
+    jax.jit(in_auto_jit(None, True))(*placed_args)  # "auto" takes the ring there
     odd, _, _ = inputs(1, 12, 12, 1, 8)  # 3 tokens a device
     with pytest.raises(ValueError, match="token count must be even, got 3"):
         jax.jit(split("ring", "zigzag"))(*placed(mesh, SEQ, odd))
