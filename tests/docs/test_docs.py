@@ -194,6 +194,26 @@ def test_development_md_maps_every_module_of_the_library_and_the_kernels():
     assert not missing, f"docs/development.md's layout map omits {missing}"
 
 
+def test_development_md_maps_every_module_of_the_benchmarks():
+    """benchmarks/'s map names each top-level module on a line of its own and each folder's
+    modules in that folder's entry."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    block = text[text.index("`benchmarks/` is a package") : text.index("`tests/` holds")]
+    entries = dict(re.findall(r"^    (\S+)\s+(.*?)(?=^    \S|\Z)", block, re.M | re.S))
+    missing = []
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
+        relative = path.relative_to(ROOT / "benchmarks")
+        if relative.name == "__init__.py" or relative.parts[0] == "results":
+            continue
+        if len(relative.parts) == 1:
+            named = relative.name in entries
+        else:
+            named = relative.name in entries.get(f"{relative.parts[0]}/", "")
+        if not named:
+            missing.append(relative.as_posix())
+    assert not missing, f"docs/development.md's map of benchmarks/ omits {missing}"
+
+
 def prose_paragraphs(page: pathlib.Path) -> list[str]:
     """The page's paragraphs and list items of prose: code fences, tables, headings and the
     results markers left out."""
