@@ -14,6 +14,8 @@ sample (what a training step sees) and the mean over ``--draws`` draws, and the 
 critic-parameter gradients (one draw; the mean of the draws). Large sigma leaves the linear regime
 of the critic (bias); small sigma cancels float32's digits in D(x + sigma eps) - D(x)."""
 
+import dataclasses
+import functools
 import json
 import pathlib
 import sys
@@ -65,12 +67,12 @@ def _cosine(a: Any, b: Any) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def sweep(
-    run_dir: pathlib.Path, sigmas: list[float], draws: int, batch: int, step: int | None = None
-) -> list[dict]:
-    """The sweep's rows for one trained critic (checkpoint ``step``; None: the newest)."""
-    config, critic, params = trained_critic(run_dir, step)
-    trained_with = f"{config.loss} loss, {config.gp_kind} at {config.placement}"
+@functools.cache
+def _penalties(config: TrainConfig, batch: int) -> tuple[Any, Any]:
+    """(exact, approx) for ``config``'s critic on ``batch`` held-out digits, compiled once per
+    configuration: ``exact(params)`` -> value and parameter gradient of exact R1 at weight 1;
+    ``approx(params, key, sigma)`` -> the same of approximate R1 at weight 1 / sigma^2."""
+    critic = build_problem("mnist", config).critic
     x = jnp.asarray(load_mnist("held_out")[:batch])
     apply = lambda p, y: critic.apply(p, y)
     exact = jax.jit(
@@ -78,7 +80,6 @@ def sweep(
             lambda p: gradient_penalty(lambda y: apply(p, y), x, kind="r1", weight=1.0)
         )
     )
-    value, grads = exact(params)
 
     @jax.jit
     def approx(p: Any, key: jax.Array, sigma: jax.Array) -> Any:
@@ -86,6 +87,18 @@ def sweep(
             lambda y: apply(q, y), x, key, sigma=sigma, weight=1.0 / sigma**2
         )
         return jax.value_and_grad(loss)(p)
+
+    return exact, approx
+
+
+def sweep(
+    run_dir: pathlib.Path, sigmas: list[float], draws: int, batch: int, step: int | None = None
+) -> list[dict]:
+    """The sweep's rows for one trained critic (checkpoint ``step``; None: the newest)."""
+    config, _, params = trained_critic(run_dir, step)
+    trained_with = f"{config.loss} loss, {config.gp_kind} at {config.placement}"
+    exact, approx = _penalties(dataclasses.replace(config, seed=0), batch)  # one per arm
+    value, grads = exact(params)
 
     rows = []
     for sigma in sigmas:
