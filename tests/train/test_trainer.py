@@ -19,7 +19,7 @@ from jax.sharding import AbstractMesh
 
 from fastgp.train.config import TrainConfig
 from fastgp.train.run.check_bounds import EPSILON
-from fastgp.train.training.diagnostics import summarize
+from fastgp.train.training.core_stats import summarize
 from fastgp.train.training.state import critic_keys, generator_key, gp_schedule, index_sampler
 from fastgp.train.training.trainer import Trainer
 

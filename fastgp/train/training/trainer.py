@@ -64,7 +64,7 @@ from fastgp.train.config import TrainConfig
 from fastgp.train.models.networks import Model
 from fastgp.train.objective.losses import critic_terms, generator_terms, uses_real_in_generator
 from fastgp.train.objective.penalties import placed_penalty
-from fastgp.train.training import diagnostics
+from fastgp.train.training import core_stats
 from fastgp.train.training.fusion import default_fused
 from fastgp.train.training.state import (
     TrainState,
@@ -260,13 +260,13 @@ class Trainer:
             loss = -gap
         else:
             loss = global_mean(critic_terms(self.config.loss, real_scores, fake_scores), AXIS)
-        penalty, stats = jnp.float32(0.0), diagnostics.skipped_norm_stats(AXIS)
+        penalty, stats = jnp.float32(0.0), core_stats.skipped_norm_stats(AXIS)
         if apply_gp:
             penalty, norms = placed_penalty(
                 self.config, critic, real, fake, k_penalty, weight, self.backend, AXIS
             )
             if norms is not None:  # the approximate kind takes no input-gradient
-                stats = diagnostics.local_norm_stats(norms)
+                stats = core_stats.local_norm_stats(norms)
         total = loss + penalty
         return total, {"critic_loss": total, "penalty": penalty, "wasserstein": gap, **stats}
 
