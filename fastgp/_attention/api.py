@@ -152,9 +152,8 @@ def attention(
     (under explicit axes the arrays' types say so); ``sequence_parallel``: "auto" (the all-to-all
     where it applies; with the tokens on several axes, the all-to-all over the last ones it can
     and the ring over the rest; else the ring), "ring", "all-to-all" (each device's heads a
-    multiple of the token shards, else ValueError in every mode; under Auto ``jax.jit`` XLA's
-    partitioner raises it while compiling, so JAX wraps it in its runtime error) or "all-gather"
-    (under Auto ``jax.jit``, XLA's partitioner gathers the tokens);
+    multiple of the token shards, else ValueError, in JAX's runtime error under Auto jit) or
+    "all-gather" (under Auto ``jax.jit``, XLA's partitioner gathers the tokens);
     ``sequence_layout``: "contiguous" or "zigzag" (see ``fastgp.to_zigzag``). The rest are
     Flax's attention_fn keywords, named so that Linen passes them: ``dtype`` casts q, k, v;
     dropout (unless deterministic), a bias, a module to sow into, a precision and custom einsums
