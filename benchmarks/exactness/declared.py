@@ -4,6 +4,7 @@ resumable, each checked against its arm's declaration; the pilot's seed count.
     JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared run --testbed vit --seeds 4
         [--runs-dir runs/declared] [--max-runs N]
     JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared pilot
+    JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared status --testbed vit --seeds N
     JAX_PLATFORMS=cpu python -m benchmarks.exactness.declared report [--runs-dir runs/declared]
     -> runs/declared/declared_<testbed>.json as the runs go (live, untracked); ``report``
        publishes them to benchmarks/results/exactness/ with declared.md
@@ -210,6 +211,33 @@ def run(testbed: str, seeds: int, runs_dir: pathlib.Path, max_runs: int | None) 
     return 0
 
 
+def status(testbed: str, seeds: int, runs_dir: pathlib.Path = RUNS_DIR) -> dict[str, Any]:
+    """How far the testbed's plan up to ``seeds`` seeds has got: runs recorded and left, those
+    left that have started (a folder with run.json), the median minutes a recorded run trained
+    and the hours the rest would take at that pace (None before any run is recorded)."""
+    result = load(testbed, runs_dir)
+    done = recorded(result)
+    todo = [
+        (arm, seed) for _, arm, seed in design.plan({testbed: seeds}) if (arm, seed) not in done
+    ]
+    started = [
+        f"{testbed}-{arm}-{seed}"
+        for arm, seed in todo
+        if (runs_dir / f"{testbed}-{arm}-{seed}" / "run.json").exists()
+    ]
+    trained = [r["train_s"] / 60 for r in result["runs"] if "train_s" in r]
+    minutes = float(np.median(trained)) if trained else None
+    return {
+        "testbed": testbed,
+        "seeds": seeds,
+        "recorded": len(done),
+        "left": len(todo),
+        "started": started,
+        "minutes_per_run": minutes,
+        "hours_left": None if minutes is None else round(len(todo) * minutes / 60, 1),
+    }
+
+
 def pilot_sd(result: dict[str, Any]) -> dict[str, float]:
     """Per primary comparison, the sd of log(first / second) over the pilot seeds both arms
     recorded without failing; NaN where fewer than 2 such seeds."""
@@ -251,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--runs-dir", type=pathlib.Path, default=RUNS_DIR)
     go.add_argument("--max-runs", type=int, help="stop after this many new runs")
     sub.add_parser("pilot", help="the pilot's sd and the seed count it sets")
+    where = sub.add_parser("status", help="runs recorded and left, and the hours left")
+    where.add_argument("--testbed", choices=tuple(design.TESTBEDS), default="vit")
+    where.add_argument("--seeds", type=int, required=True, help="seeds per arm")
+    where.add_argument("--runs-dir", type=pathlib.Path, default=RUNS_DIR)
     report = sub.add_parser("report", help="publish the results and declared.md")
     report.add_argument("--runs-dir", type=pathlib.Path, default=RUNS_DIR)
     args = parser.parse_args(argv)
@@ -258,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.testbed, args.seeds, args.runs_dir, args.max_runs)
     if args.command == "report":
         write_report(args.runs_dir)
+        return 0
+    if args.command == "status":
+        print(json.dumps(status(args.testbed, args.seeds, args.runs_dir)))
         return 0
     sds = pilot_sd(load("vit"))
     largest = max(sds.values())

@@ -305,3 +305,19 @@ def test_readme_answer_says_only_what_each_interval_allows():
     assert "no measurable difference at this power" in second and "10 paired seeds" in second
     worse = declared_report.answer(_primary([1.4] * 10, [1.3, 1.35] * 5))
     assert worse.count("the approximation trained better generators") == 2
+
+
+def test_status_counts_what_is_recorded_started_and_left(tmp_path):
+    runs = tmp_path / "runs"
+    plan = [(a, s) for _, a, s in design.plan({"vit": 2})]
+    records = [
+        {"arm": a, "seed": s, "train_s": 600.0 + 60 * i} for i, (a, s) in enumerate(plan[:3])
+    ]
+    runs.mkdir()
+    (runs / "declared_vit.json").write_text(json.dumps({"testbed": "vit", "runs": records}))
+    arm, seed = plan[3]
+    (runs / f"vit-{arm}-{seed}").mkdir()
+    (runs / f"vit-{arm}-{seed}" / "run.json").write_text("{}")
+    got = declared.status("vit", 2, runs)
+    assert (got["recorded"], got["left"], got["started"]) == (3, 3, [f"vit-{arm}-{seed}"])
+    assert got["minutes_per_run"] == pytest.approx(11.0) and got["hours_left"] == 0.6
