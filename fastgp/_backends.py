@@ -153,7 +153,7 @@ def current_generation() -> str | None:
     """Generation of the TPU a function is traced for, else None.
 
     That is the device Pallas itself tiles for: the abstract mesh's device, else JAX's default
-    device. So ``jax.default_device`` of a compile-only TPU device (``fastgp._compiled``) tiles
+    device. So ``jax.default_device`` of a compile-only TPU device (``fastgp.measure``) tiles
     for that chip from a CPU host."""
     try:
         return str(pltpu.get_tpu_info().chip_version.value)

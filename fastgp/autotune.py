@@ -15,11 +15,12 @@ Every variant (second order x remat policy x backend) is first checked against t
 ``jax.grad`` penalty on the current device: the loss's value and its gradient with respect to
 ``params``, each to ``rtol`` times the reference's largest |entry|. Only exact variants are
 ranked. Without ``generation`` they are timed: ``jax.jit(jax.value_and_grad(loss))``, rounds
-interleaved (``fastgp._timing``), median seconds. With ``generation`` ("v5e", "v6e", ...) each is
-compiled for one chip of that TPU generation from this host (``fastgp._compiled``; needs
-``jax[tpu]``) and ranked by the roofline bound of its compiled figures; a program that does not
-fit the chip's HBM is reported and not ranked. The Pallas backend is a candidate where it runs
-(TPU, GPU, or a named TPU generation, whose kernels are checked here in interpret mode).
+interleaved (``fastgp.measure.interleaved_times``), median seconds. With ``generation`` ("v5e",
+"v6e", ...) each is compiled for one chip of that TPU generation from this host
+(``fastgp.measure``; needs ``jax[tpu]``) and ranked by the roofline bound of its compiled
+figures; a program that does not fit the chip's HBM is reported and not ranked. The Pallas
+backend is a candidate where it runs (TPU, GPU, or a named TPU generation, whose kernels are
+checked here in interpret mode).
 """
 
 from collections.abc import Callable, Sequence
@@ -29,11 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fastgp import _compiled as compiled
 from fastgp._backends import attention_backend
-from fastgp._comparison import host_leaves, reference_scale, relative_errors
+from fastgp._measure import compiled as compiled
+from fastgp._measure.comparison import host_leaves, reference_scale, relative_errors
+from fastgp._measure.timing import interleaved_times
 from fastgp._penalty.reference import naive_gradient_penalty
-from fastgp._timing import interleaved_times
 from fastgp._typing import Backend, PyTree, Remat, SecondOrder
 from fastgp.penalty import REMAT_POLICIES, SECOND_ORDER, gradient_penalty
 
@@ -67,7 +68,7 @@ class VariantResult(NamedTuple):
     """What was measured for one variant (``variant`` None: the naive penalty, the yardstick).
 
     ``seconds``: the median step time, or with a TPU generation the roofline bound of the
-    compiled program; ``program``: that program's ``fastgp._compiled.figures``; ``problem``: why
+    compiled program; ``program``: that program's ``fastgp.measure.figures``; ``problem``: why
     the variant is not ranked (not exact, does not fit, does not compile), else None."""
 
     variant: Variant | None

@@ -31,23 +31,23 @@ Compare paths as ratios measured in one run (``interleaved_times``), or by the c
 one program against another's for the same chip; never a time against a fixed number.
 """
 
-from fastgp._comparison import host_leaves as host_leaves
-from fastgp._comparison import reference_scale as reference_scale
-from fastgp._comparison import relative_errors as relative_errors
-from fastgp._compiled import CHIPS as CHIPS
-from fastgp._compiled import TOPOLOGIES as TOPOLOGIES
-from fastgp._compiled import Chip as Chip
-from fastgp._compiled import Transfer as Transfer
-from fastgp._compiled import compile_for as compile_for
-from fastgp._compiled import count_copies as count_copies
-from fastgp._compiled import figures as figures
-from fastgp._compiled import is_out_of_memory as is_out_of_memory
-from fastgp._compiled import lower_for as lower_for
-from fastgp._compiled import roofline_s as roofline_s
-from fastgp._compiled import tpu_device as tpu_device
-from fastgp._compiled import tpu_devices as tpu_devices
-from fastgp._compiled import transfers as transfers
-from fastgp._timing import interleaved_times as interleaved_times
+from fastgp._measure.comparison import host_leaves as host_leaves
+from fastgp._measure.comparison import reference_scale as reference_scale
+from fastgp._measure.comparison import relative_errors as relative_errors
+from fastgp._measure.compiled import CHIPS as CHIPS
+from fastgp._measure.compiled import TOPOLOGIES as TOPOLOGIES
+from fastgp._measure.compiled import Chip as Chip
+from fastgp._measure.compiled import Transfer as Transfer
+from fastgp._measure.compiled import compile_for as compile_for
+from fastgp._measure.compiled import count_copies as count_copies
+from fastgp._measure.compiled import figures as figures
+from fastgp._measure.compiled import is_out_of_memory as is_out_of_memory
+from fastgp._measure.compiled import lower_for as lower_for
+from fastgp._measure.compiled import roofline_s as roofline_s
+from fastgp._measure.compiled import tpu_device as tpu_device
+from fastgp._measure.compiled import tpu_devices as tpu_devices
+from fastgp._measure.compiled import transfers as transfers
+from fastgp._measure.timing import interleaved_times as interleaved_times
 
 __all__ = [
     "CHIPS",

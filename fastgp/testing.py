@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from fastgp._backends import INTERPRET_BACKENDS
-from fastgp._comparison import reference_scale, relative_errors
+from fastgp._measure.comparison import reference_scale, relative_errors
+from fastgp._measure.timing import interleaved_times
 from fastgp._penalty.reference import naive_gradient_penalty
-from fastgp._timing import interleaved_times
 from fastgp._typing import Backend, Critic, Kind, PyTree, Remat, SecondOrder
 from fastgp.penalty import DEFAULT_WEIGHT, gradient_penalty
 

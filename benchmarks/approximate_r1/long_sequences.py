@@ -7,7 +7,7 @@
 The critic is ``zoo.critics.vit_long`` (4x4 patches, dim 256, 4 heads of 64, 2 pre-LN blocks) in
 float32. Each variant is one whole critic step (``workloads.critic_step``: the critic loss and its
 penalty, value_and_grad over the parameters, Adam), jitted, timed interleaved
-(``fastgp._timing.interleaved_times``), with the compiled program's temporaries:
+(``fastgp.measure.interleaved_times``), with the compiled program's temporaries:
 
     plain           no penalty
     exact-r1        fastgp.gradient_penalty(kind="r1") at the reals

@@ -18,7 +18,7 @@ table gives the mean with its standard error, the spread of one draw (standard d
 95th percentiles): what one training step sees. Then the CPU time of one critic step's parameter
 gradient, ``jax.jit(jax.value_and_grad(loss))`` with loss = mean D(fake) - mean D(real) plus
 nothing (plain), exact R1 at the reals, or approximate_r1 at the reals, timed interleaved
-(``fastgp._timing.interleaved_times``), medians and their ratio to the exact step.
+(``fastgp.measure.interleaved_times``), medians and their ratio to the exact step.
 """
 
 import functools

@@ -8,7 +8,7 @@ The gradient and exact-R1 programs of ``benchmarks.attention.sequence_memory`` (
 ``backend="pallas"``: the Mosaic kernels in every ring step; ``sequence_parallel="ring"`` inside
 ``shard_map`` over a (data, seq) = (chips / n, n) mesh, one sample per data shard) are compiled
 for the chips of a TPU slice through libtpu's compile-only client, and XLA:TPU's schedule is read
-(``fastgp._compiled.transfers``): for every collective-permute, the instructions between its start
+(``fastgp.measure.transfers``): for every collective-permute, the instructions between its start
 and its done. A transfer runs beside a kernel when a Mosaic call lies between them, beside other
 work when only fusions do, and exposed when nothing does. The ring's step loops and the steps
 outside them (the first, the last, and the hop home of the key-side sums) are counted apart.

@@ -5,7 +5,7 @@
 
 For each generation, token count (``zoo.critics.LONG_TOKENS``) and attention variant, the whole
 bfloat16 WGAN-GP critic step (critic loss + penalty, value_and_grad over the parameters, Adam) of
-``zoo.critics.vit_long`` is compiled for one chip from this host (``fastgp._compiled``) at batch 8
+``zoo.critics.vit_long`` is compiled for one chip from this host (``fastgp.measure``) at batch 8
 (4 at 16384 tokens): peak memory, temporaries, flops and bytes, and whether the Mosaic kernels are
 in the program. With ``--capacity GEN``, the largest power-of-two batch whose step compiles within
 that chip's HBM (the compiler is the judge: RESOURCE_EXHAUSTED means it does not fit).

@@ -6,7 +6,7 @@ For v5e, v6e and TPU7x (one chip each), compiles one critic step (critic loss + 
 value_and_grad wrt params, Adam) of each critic in ``workloads.TPU_CRITICS`` with the naive
 penalty, with fastgp's default (``backend="auto"``: XLA on TPU) and with the Pallas kernel
 forced (``backend="pallas"``), and writes flops, bytes accessed, copy ops and memory
-(``fastgp._compiled``) to ``benchmarks/results/tpu/tpu_compile.md`` (+ ``.json``). These are the
+(``fastgp.measure``) to ``benchmarks/results/tpu/tpu_compile.md`` (+ ``.json``). These are the
 compiler's figures for the program, not hardware times. ``--quick``: v5e and the first critic.
 """
 

@@ -6,7 +6,7 @@
 
 ``programs``: for each generation and ``critics.ZOO_TPU`` critic (bfloat16, per-chip batch), one
 critic step (critic loss + penalty, value_and_grad wrt params, Adam) per variant of ``workloads``,
-compiled for one chip from this host (``fastgp._compiled``); flops, bytes, copies, temp and peak
+compiled for one chip from this host (``fastgp.measure``); flops, bytes, copies, temp and peak
 memory and the roofline bound go to ``results/zoo/zoo_tpu.{json,md}``.
 
 ``capacity``: the largest per-chip batch whose critic step compiles within the chip's HBM, per

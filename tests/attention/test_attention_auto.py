@@ -77,7 +77,7 @@ def test_a_compile_only_tpu_device_or_mesh_is_traced_for_as_a_tpu():
     """From this CPU host: attention's "auto" chooses as on the TPU it compiles for, the
     penalty's stays XLA."""
     pytest.importorskip("libtpu")
-    from fastgp import _compiled as cf
+    from fastgp._measure import compiled as cf
 
     with jax.default_device(cf.tpu_device("v5e")):
         assert backends.platform() == "tpu"
@@ -169,7 +169,7 @@ def test_the_default_wgan_gp_step_through_attention_holds_the_kernels_on_one_tpu
     """Lowered for one v5e chip from this CPU host with the default backend: the forward, tangent
     and both VJP kernels are in the program (and with backend="xla" none is)."""
     pytest.importorskip("libtpu")
-    from fastgp import _compiled as cf
+    from fastgp._measure import compiled as cf
 
     monkeypatch.setattr(jax, "device_count", lambda: 1)  # this host's CPUs are not the program's
     b, t, c = 4, 256, 64

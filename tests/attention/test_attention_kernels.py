@@ -534,7 +534,7 @@ def test_attention_kernels_compile_for_tpu(generation, t, causal):
     2 B H Tq Tk (D + Dv) x the fraction of blocks visited, ...), and the program's cost analysis
     reports their sum (the VJP's delta adds a few elementwise flops)."""
     pytest.importorskip("libtpu")
-    from fastgp import _compiled as cf
+    from fastgp._measure import compiled as cf
 
     blocks = flash_blocks(t, t, 64, 2, generation)
     programs = _programs(blocks, t, causal)

@@ -1,4 +1,4 @@
-"""fastgp._compiled: figures read from programs compiled for a TPU."""
+"""fastgp.measure (fastgp._measure.compiled): figures read from programs compiled for a TPU."""
 
 import functools
 import re
@@ -12,7 +12,7 @@ from fastgp.kernels.penalty import row_blocks, row_sumsq
 
 pytestmark = pytest.mark.aot
 pytest.importorskip("jax.experimental.topologies")
-from fastgp import _compiled as cf  # noqa: E402
+from fastgp._measure import compiled as cf  # noqa: E402
 
 HLO = """\
 %fused_computation.1 (param_0: f32[8]) -> f32[8] {

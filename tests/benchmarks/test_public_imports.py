@@ -37,5 +37,5 @@ def test_no_benchmark_imports_a_private_fastgp_module():
 
 def test_the_scan_finds_a_private_import(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text("from fastgp import _compiled as cf\nimport fastgp._timing\n")
-    assert _private_imports(planted) == {"fastgp._compiled", "fastgp._timing"}
+    planted.write_text("from fastgp import _measure as m\nimport fastgp._penalty.api\n")
+    assert _private_imports(planted) == {"fastgp._measure", "fastgp._penalty.api"}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from benchmarks.attention import sequence_tpu
-from fastgp import _compiled as compiled
+from fastgp._measure import compiled as compiled
 
 HBM = compiled.CHIPS[sequence_tpu.GENERATION].hbm_bytes
 

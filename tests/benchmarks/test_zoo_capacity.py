@@ -6,7 +6,7 @@ the search itself is checked: wherever the limit lies, whatever the prediction's
 import pytest
 
 from benchmarks.zoo import tpu as zoo_tpu
-from fastgp import _compiled as compiled
+from fastgp._measure import compiled as compiled
 
 HBM = compiled.CHIPS["v5e"].hbm_bytes
 

@@ -16,7 +16,7 @@ from fastgp.kernels.penalty import lane_blocks, lane_sumsq, row_blocks, row_sums
 
 pytestmark = pytest.mark.aot
 pytest.importorskip("jax.experimental.topologies")
-from fastgp import _compiled as cf  # noqa: E402
+from fastgp._measure import compiled as cf  # noqa: E402
 
 GENERATIONS = tuple(cf.TOPOLOGIES)
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}

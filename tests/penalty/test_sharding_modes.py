@@ -300,7 +300,7 @@ def test_pallas_under_auto_sharding_names_the_missing_tpu_partitioner():
     """On TPU, custom_partitioning has no partitioner (jax-ml/jax#38196); the error says so and
     names explicit sharding and shard_map, where the kernel runs."""
     pytest.importorskip("jax.experimental.topologies")
-    from fastgp import _compiled as cf
+    from fastgp._measure import compiled as cf
 
     mesh = Mesh(np.array(cf.tpu_devices("v5e:2x2")), ("data",))
     x = jax.ShapeDtypeStruct((BATCH, 12), jnp.float32, sharding=NamedSharding(mesh, P("data")))
