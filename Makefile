@@ -37,7 +37,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	rm -rf $(TYPECHECK)/fastgp
 	mkdir -p $(TYPECHECK)/fastgp
-	ln -s $(CURDIR)/fastgp/*.py $(CURDIR)/fastgp/py.typed $(CURDIR)/fastgp/train $(CURDIR)/fastgp/_penalty $(CURDIR)/fastgp/_attention $(CURDIR)/fastgp/_approximate $(CURDIR)/fastgp/_measure $(TYPECHECK)/fastgp/
+	ln -s $(CURDIR)/fastgp/*.py $(CURDIR)/fastgp/py.typed $(CURDIR)/fastgp/train $(CURDIR)/fastgp/_penalty $(CURDIR)/fastgp/_attention $(CURDIR)/fastgp/_approximate $(CURDIR)/fastgp/_measure $(CURDIR)/fastgp/_gpu $(TYPECHECK)/fastgp/
 	ln -s $(CURDIR)/kernels $(TYPECHECK)/fastgp/kernels
 	ln -sfn $(CURDIR)/tests $(TYPECHECK)/tests
 	ln -sfn $(CURDIR)/benchmarks $(TYPECHECK)/benchmarks

@@ -30,7 +30,7 @@ import jax
 import jax.extend
 from jax.experimental.pallas import tpu as pltpu
 
-from fastgp import _pallas_gpu as pallas_gpu
+from fastgp._gpu import pallas as pallas_gpu
 from fastgp._typing import Backend
 
 Op: TypeAlias = Literal["penalty", "attention"]
@@ -73,7 +73,7 @@ def resolve(op: Op, backend: str, kernels_run_here: Callable[[], bool] = lambda:
     ``kernels_run_here()``: whether the op's kernels can run on this call's operands as they are
     sharded; where they cannot, "auto" runs XLA instead of :data:`AUTO`'s kernels. On a GPU whose
     kernels this JAX cannot run (no Pallas Triton), "auto" runs XLA and says so once
-    (``fastgp._pallas_gpu.note_auto_without_triton``); ``"gpu-interpret"`` there raises a
+    (``fastgp._gpu.pallas.note_auto_without_triton``); ``"gpu-interpret"`` there raises a
     ValueError naming what is missing."""
     backend = check_name(op, backend)
     if backend == "gpu-interpret" and not pallas_gpu.has_triton():

@@ -3,7 +3,7 @@
     python -m benchmarks.gpu.bandwidth --out benchmarks/results/gpu/gpu_bandwidth.md
 
 The norm kernel as the penalty runs it (each row split over spans for the device's programs:
-``fastgp._gpu_tuned.penalty_programs``), beside one program a row. Bandwidth counts the minimum
+``fastgp._gpu.tuned.penalty_programs``), beside one program a row. Bandwidth counts the minimum
 HBM bytes: the sum of squares reads g once; the copy reads and writes it. Medians of repeated
 timed calls after warm-up, all in one run.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 import benchmarks
 from benchmarks.tables import markdown_table, table_row
-from fastgp import _gpu_tuned as gpu_tuned
+from fastgp._gpu import tuned as gpu_tuned
 from fastgp.kernels.penalty import gpu as penalty_gpu
 
 SHAPES = [(256, 2), (256, 3072), (256, 3 * 64 * 64), (1024, 3 * 64 * 64), (64, 1 << 20)]

@@ -38,7 +38,7 @@ import benchmarks
 from benchmarks import harness, records
 from benchmarks.gpu.bandwidth import SHAPES
 from benchmarks.tables import markdown_table
-from fastgp import _gpu_tuned as gpu_tuned
+from fastgp._gpu import tuned as gpu_tuned
 from fastgp.kernels.attention import gpu
 from fastgp.kernels.penalty import gpu as penalty_gpu
 from fastgp.measure import host_leaves, interleaved_times, relative_errors

@@ -6,12 +6,12 @@ lowered for), ``"interpret"`` (the TPU kernels in Pallas interpret mode), ``"tpu
 (``pltpu.InterpretParams``, which also simulates TPU memory) and ``"gpu-interpret"`` (the Triton
 kernels in interpret mode). A ``"pallas"`` program lowered for any other platform fails with a
 ValueError naming the alternatives, as does one lowered for CUDA under a JAX without Pallas Triton
-(``fastgp._pallas_gpu``: the Triton kernels are imported on first use).
+(``fastgp._gpu.pallas``: the Triton kernels are imported on first use).
 
 Both kernel families take the arrays as ``fastgp._attention.padded`` pads them (lengths to the
 TPU blocks in ``Config``). The Triton kernels then walk them in power-of-two tiles that divide
 those blocks (``gpu_blocks``; the largest tile edge, warps and stages per pass and head dim from
-the traced GPU's tuned table, ``fastgp._gpu_tuned``), and need power-of-two head dims >= 16:
+the traced GPU's tuned table, ``fastgp._gpu.tuned``), and need power-of-two head dims >= 16:
 other head dims are padded with zero features here, which changes no score, and the results
 sliced back.
 """
@@ -25,10 +25,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from fastgp import _backends as backends
-from fastgp import _gpu_tuned as gpu_tuned
-from fastgp import _pallas_gpu as pallas_gpu
 from fastgp._attention import xla
 from fastgp._attention.config import Config
+from fastgp._gpu import pallas as pallas_gpu
+from fastgp._gpu import tuned as gpu_tuned
 from fastgp._refusals import refuse_when_lowered
 from fastgp._typing import Backend
 from fastgp.kernels import attention as kernels

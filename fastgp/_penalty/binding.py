@@ -12,12 +12,12 @@ that the kernel's operand is a bitcast of the leaf, not a relayout copy:
     any other leaf                  ``row_sumsq`` of its (B, D) reshape, a relayout copy
 
 ``"auto"`` resolves in ``fastgp._backends`` (XLA today). ``"pallas"`` runs the TPU kernels on every
-leaf on TPU and a GPU kernel on CUDA (``fastgp._pallas_gpu.penalty_kernel``: Mosaic GPU where the
+leaf on TPU and a GPU kernel on CUDA (``fastgp._gpu.pallas.penalty_kernel``: Mosaic GPU where the
 JAX has it and the GPU is Hopper or newer, else Triton), and fails to lower, with a ValueError
 naming the alternatives, anywhere else, and on CUDA where the JAX has neither. ``"gpu-interpret"``
 interprets the Triton kernel. Every kernel backend runs on each device's block of a sharded leaf
 (``fastgp._penalty.sharding``); the TPU kernels tile for ``fastgp._backends.generation``, the GPU
-kernels split each row to fill the GPU (``fastgp._gpu_tuned.penalty_programs``).
+kernels split each row to fill the GPU (``fastgp._gpu.tuned.penalty_programs``).
 """
 
 import functools
@@ -30,8 +30,8 @@ from einops import rearrange
 from jax import lax
 
 from fastgp import _backends as backends
-from fastgp import _gpu_tuned as gpu_tuned
-from fastgp import _pallas_gpu as pallas_gpu
+from fastgp._gpu import pallas as pallas_gpu
+from fastgp._gpu import tuned as gpu_tuned
 from fastgp._penalty.sharding import HOST_CALLBACKS, NO_TPU_PARTITIONER, BlockSumsq, per_device
 from fastgp._penalty.xla import xla_sumsq
 from fastgp._refusals import refuse_when_lowered

@@ -17,7 +17,7 @@ D and Dv powers of two >= 16 (zero features change no score). Verified in Pallas
 
 JAX deprecates its Pallas Triton backend (since 0.11) and will remove it: this module imports
 ``jax.experimental.pallas.triton``, so fastgp imports it only on first use of a Triton kernel
-(``fastgp._pallas_gpu``); the tiles and the default launch are in ``gpu_tiling``.
+(``fastgp._gpu.pallas``); the tiles and the default launch are in ``gpu_tiling``.
 """
 
 import dataclasses

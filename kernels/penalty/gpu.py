@@ -13,7 +13,7 @@ the spans for a device that runs ``programs`` programs at once; the caller passe
 
 JAX deprecates its Pallas Triton backend (since 0.11) and will remove it: this module imports
 ``jax.experimental.pallas.triton``, so fastgp imports it only on first use of a Triton kernel
-(``fastgp._pallas_gpu``).
+(``fastgp._gpu.pallas``).
 """
 
 import functools

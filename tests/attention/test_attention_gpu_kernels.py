@@ -1,5 +1,5 @@
 """The GPU (Triton) attention kernels in Pallas interpret mode, against the TPU kernels' oracles,
-and lowered for CUDA from this host for an abstract H100 (``fastgp._gpu_lowering``).
+and lowered for CUDA from this host for an abstract H100 (``fastgp._gpu.lowering``).
 
 Each pass of ``fastgp.kernels.attention.gpu`` against the same independent oracles as the TPU
 kernels (tests/attention/test_attention_kernels.py): the forward against naive attention, the
@@ -36,7 +36,7 @@ from test_attention_kernels import (
 )
 
 import fastgp
-from fastgp._gpu_lowering import for_gpu, gpu_mesh
+from fastgp._gpu.lowering import for_gpu, gpu_mesh
 
 gpu = pytest.importorskip(
     "fastgp.kernels.attention.gpu", reason="this JAX ships no Pallas Triton backend"
@@ -259,7 +259,7 @@ def test_the_tuned_table_sets_each_pass_launch(monkeypatch):
     """The traced GPU's row of fastgp/tuned/gpu.json sets a pass's tile edge, warps and stages at
     its head dim; a pass or head dim it does not name keeps the defaults (64, 4 warps, 2
     stages). Read from the CUDA program's Triton calls."""
-    from fastgp import _gpu_tuned
+    from fastgp._gpu import tuned as _gpu_tuned
 
     row = {"attention": {"forward": {"64": {"block": 32, "num_warps": 8, "num_stages": 3}}}}
     monkeypatch.setattr(_gpu_tuned, "_device", lambda: _TunedGpu())

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from benchmarks.gpu import sweep
-from fastgp import _gpu_tuned
+from fastgp._gpu import tuned as _gpu_tuned
 
 
 @pytest.fixture(scope="module")

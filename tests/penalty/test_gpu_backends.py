@@ -21,9 +21,9 @@ import pytest
 from jax.experimental import pallas as pl
 
 from fastgp import _backends as backends
-from fastgp import _pallas_gpu as pallas_gpu
 from fastgp import penalty
-from fastgp._gpu_lowering import for_gpu
+from fastgp._gpu import pallas as pallas_gpu
+from fastgp._gpu.lowering import for_gpu
 
 TRITON = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
 
@@ -41,8 +41,9 @@ sys.meta_path.insert(0, NoTriton())
 
 import jax, jax.numpy as jnp, numpy as np
 import fastgp
-from fastgp import _backends as backends, _pallas_gpu as pallas_gpu
-from fastgp._gpu_lowering import for_gpu
+from fastgp import _backends as backends
+from fastgp._gpu import pallas as pallas_gpu
+from fastgp._gpu.lowering import for_gpu
 
 out = {"has_triton": pallas_gpu.has_triton(), "has_mosaic_gpu": pallas_gpu.has_mosaic_gpu()}
 k1, k2, k3 = jax.random.split(jax.random.key(0), 3)

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fastgp import _gpu_tuned as gpu_tuned
-from fastgp import _pallas_gpu as pallas_gpu
 from fastgp import penalty
+from fastgp._gpu import pallas as pallas_gpu
+from fastgp._gpu import tuned as gpu_tuned
 from fastgp._penalty import reference
 from fastgp.kernels.penalty import spans
 

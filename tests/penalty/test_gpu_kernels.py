@@ -14,9 +14,9 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fastgp import _pallas_gpu as pallas_gpu
 from fastgp import penalty
-from fastgp._gpu_lowering import H100, for_gpu, gpu_mesh
+from fastgp._gpu import pallas as pallas_gpu
+from fastgp._gpu.lowering import H100, for_gpu, gpu_mesh
 from fastgp.kernels.penalty import spans
 
 penalty_gpu = pytest.importorskip(
@@ -200,7 +200,7 @@ class _TunedGpu:
 def test_the_tuned_table_sets_the_programs_per_multiprocessor(monkeypatch, gpu_kernel):
     """The traced GPU's multiprocessors times its tuned programs each (16 x 2 = 32): 4 rows of
     2^20 features split into 8 spans."""
-    from fastgp import _gpu_tuned
+    from fastgp._gpu import tuned as _gpu_tuned
 
     monkeypatch.setattr(_gpu_tuned, "_device", lambda: _TunedGpu())
     row = {"penalty": {"programs_per_sm": 2}}

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fastgp import _pallas_gpu as pallas_gpu
-from fastgp._gpu_lowering import for_gpu
+from fastgp._gpu import pallas as pallas_gpu
+from fastgp._gpu.lowering import for_gpu
 from fastgp.kernels.penalty import spans
 
 if not pallas_gpu.has_mosaic_gpu():
