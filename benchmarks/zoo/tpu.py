@@ -208,6 +208,20 @@ def _down(batch):
     return max(MULTIPLE, batch // MULTIPLE * MULTIPLE)
 
 
+def _affine_guess(cache, generation, spec, variant):
+    """(the largest batch known to fit, the batch at which its peak memory would fill the chip's
+    HBM): the steeper slope to the largest fit, from the zoo batch or the one below."""
+    fitting = sorted(cache.fitting_batches(generation, spec.name, variant))
+    below, top = fitting[-2:]
+    peak = {b: cache.get(generation, spec.name, variant, b)["peak"] for b in fitting}
+    per_sample = max(
+        1.0,
+        (peak[top] - peak[spec.batch]) / (top - spec.batch),
+        (peak[top] - peak[below]) / (top - below),
+    )
+    return top, _down(int(top + (cf.CHIPS[generation].hbm_bytes - peak[top]) / per_sample))
+
+
 def largest_batch(cache, generation, spec, variant, resolution):
     """(largest batch that fits, smallest that does not, the batches compiled)."""
     probes = []
@@ -235,16 +249,8 @@ def largest_batch(cache, generation, spec, variant, resolution):
                 hi = 2 * top
                 break
             lo = top = 2 * top
-    if hi is None:  # the steeper slope to the largest fit: from the zoo batch or the one below
-        fitting = sorted(cache.fitting_batches(generation, spec.name, variant))
-        below, top = fitting[-2:]
-        peak = {b: cache.get(generation, spec.name, variant, b)["peak"] for b in fitting}
-        per_sample = max(
-            1.0,
-            (peak[top] - peak[spec.batch]) / (top - spec.batch),
-            (peak[top] - peak[below]) / (top - below),
-        )
-        guess = _down(int(top + (cf.CHIPS[generation].hbm_bytes - peak[top]) / per_sample))
+    if hi is None:
+        top, guess = _affine_guess(cache, generation, spec, variant)
         lo = max(lo, top)
         if guess > lo:
             if fits(guess):
