@@ -214,6 +214,18 @@ def stylegan2_64(widths: tuple = (32, 64, 128, 256, 256), image: int = 64) -> Mo
 # --- vit32 ---------------------------------------------------------------------------------------
 
 
+def _vit_block_init(keys, dim: int) -> dict:
+    """One pre-LN ViT block's parameters, drawing four keys from ``keys`` in turn."""
+    return {
+        "ln1": _ln_init(dim),
+        "qkv": _dense_init(next(keys), dim, 3 * dim, gain=1.0),
+        "proj": _dense_init(next(keys), dim, dim, gain=1.0),
+        "ln2": _ln_init(dim),
+        "fc1": _dense_init(next(keys), dim, 4 * dim),
+        "fc2": _dense_init(next(keys), 4 * dim, dim, gain=1.0),
+    }
+
+
 def vit32(
     dim: int = 128,
     depth: int = 4,
@@ -233,17 +245,7 @@ def vit32(
 
     def init(key):
         k = iter(jax.random.split(key, 4 * depth + 3))
-        blocks = [
-            {
-                "ln1": _ln_init(dim),
-                "qkv": _dense_init(next(k), dim, 3 * dim, gain=1.0),
-                "proj": _dense_init(next(k), dim, dim, gain=1.0),
-                "ln2": _ln_init(dim),
-                "fc1": _dense_init(next(k), dim, 4 * dim),
-                "fc2": _dense_init(next(k), 4 * dim, dim, gain=1.0),
-            }
-            for _ in range(depth)
-        ]
+        blocks = [_vit_block_init(k, dim) for _ in range(depth)]
         return {
             "embed": _conv_init(next(k), patch, in_ch, dim, gain=1.0),
             "pos": 0.02 * jax.random.normal(next(k), (tokens, dim)),
