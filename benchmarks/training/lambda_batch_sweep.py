@@ -162,6 +162,26 @@ def write_table(cells, args, path):
     path.write_text("\n".join(lines) + "\n")
 
 
+def _annotate(ax, by_key, weights, batches, annotate):
+    """Each measured cell's text on its square, and the lambda and batch ticks."""
+    for i, w in enumerate(weights):
+        for j, b in enumerate(batches):
+            if (w, b) in by_key:
+                ax.text(
+                    j,
+                    i,
+                    annotate(by_key[(w, b)]),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    bbox=dict(facecolor="white", alpha=0.7, lw=0),
+                )
+    ax.set_xticks(range(len(batches)), [str(b) for b in batches])
+    ax.set_yticks(range(len(weights)), [f"{w:g}" for w in weights])
+    ax.set_xlabel("global batch B")
+    ax.set_ylabel("lambda")
+
+
 def write_heatmap(cells, args, path):
     """Per reduction, lambda x batch: modes captured (annotated with % high quality) and the mean
     per-sample penalty (n - 1)^2 (log colour, annotated with the mean norm)."""
@@ -206,22 +226,7 @@ def write_heatmap(cells, args, path):
                 grid = np.log10(np.clip(grid, 1e-6, None))
             ax = axes[row, col]
             ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, origin="lower", aspect="auto")
-            for i, w in enumerate(weights):
-                for j, b in enumerate(batches):
-                    if (w, b) in by_key:
-                        ax.text(
-                            j,
-                            i,
-                            annotate(by_key[(w, b)]),
-                            ha="center",
-                            va="center",
-                            fontsize=8,
-                            bbox=dict(facecolor="white", alpha=0.7, lw=0),
-                        )
-            ax.set_xticks(range(len(batches)), [str(b) for b in batches])
-            ax.set_yticks(range(len(weights)), [f"{w:g}" for w in weights])
-            ax.set_xlabel("global batch B")
-            ax.set_ylabel("lambda")
+            _annotate(ax, by_key, weights, batches, annotate)
             ax.set_title(f"{reduction}-reduced: {label}", fontsize=9)
     fig.suptitle(
         f"{args.dataset}, {args.steps} generator steps, {args.devices} devices", fontsize=10
