@@ -96,6 +96,23 @@ def train_once(dataset: str, mode: str) -> dict:
     }
 
 
+def _paired_median(per_chunk: dict, key: str) -> float:
+    """The median over paired chunks of auto's ``key`` over off's."""
+    pairs = zip(per_chunk["auto"], per_chunk["off"], strict=True)
+    return statistics.median(a[key] / b[key] for a, b in pairs)
+
+
+def _chunk_summary(first: dict, chunks: list, chunk: int) -> dict:
+    """One mode's first chunk and its medians per step over the timed chunks."""
+    return {
+        "first_chunk_s": round(first["wall_s"], 2),
+        "first_chunk_cpu_s": round(first["cpu_s"], 2),
+        "wall_ms_per_step": round(1e3 * statistics.median(c["wall_s"] for c in chunks) / chunk, 2),
+        "cpu_ms_per_step": round(1e3 * statistics.median(c["cpu_s"] for c in chunks) / chunk, 2),
+        "load_median": round(statistics.median(c["load"] for c in chunks), 2),
+    }
+
+
 def chunk_costs(dataset: str, rounds: int, chunk: int = 100, flip: bool = False) -> dict:
     """Both paths of ``dataset``'s recipe in this process, ``chunk`` iterations at a time
     (``flip``: the unfused path's first chunk second, so compilation order alternates)."""
@@ -126,25 +143,10 @@ def chunk_costs(dataset: str, rounds: int, chunk: int = 100, flip: bool = False)
     for i in range(rounds):
         for mode in list(MODES) if i % 2 == 0 else list(MODES)[::-1]:
             per_chunk[mode].append(timed(mode))
-    ratio = statistics.median(
-        a["wall_s"] / b["wall_s"] for a, b in zip(per_chunk["auto"], per_chunk["off"], strict=True)
-    )
-    ratio_cpu = statistics.median(
-        a["cpu_s"] / b["cpu_s"] for a, b in zip(per_chunk["auto"], per_chunk["off"], strict=True)
-    )
+    ratio = _paired_median(per_chunk, "wall_s")
+    ratio_cpu = _paired_median(per_chunk, "cpu_s")
     summary = {
-        mode: {
-            "first_chunk_s": round(first[mode]["wall_s"], 2),
-            "first_chunk_cpu_s": round(first[mode]["cpu_s"], 2),
-            "wall_ms_per_step": round(
-                1e3 * statistics.median(c["wall_s"] for c in chunks) / chunk, 2
-            ),
-            "cpu_ms_per_step": round(
-                1e3 * statistics.median(c["cpu_s"] for c in chunks) / chunk, 2
-            ),
-            "load_median": round(statistics.median(c["load"] for c in chunks), 2),
-        }
-        for mode, chunks in per_chunk.items()
+        mode: _chunk_summary(first[mode], chunks, chunk) for mode, chunks in per_chunk.items()
     }
     return {
         "dataset": dataset,
