@@ -5,11 +5,9 @@ process of one JAX job (tests/train/test_check_bounds.py).
     -> one JSON line per cell (process 0 only): {"cell", "ok", "planted_ok", "correct", "planted"}
 
 DEVICES: CPU devices of this process (set before JAX starts). CELLS_JSON: a list of
-``fastgp.train.run.check.run_check`` keyword arguments, ``batch_size`` among them, and optionally
-``devices``: the cell's mesh is this process's first that many devices (default: every device of
-the job), so one process checks every mesh up to its device count. With COORDINATOR the process
-joins a job of PROCESSES processes (gloo collectives, as ``fastgp check --processes``) and the
-check runs on the XLA backend.
+``fastgp.train.run.check.run_check`` keyword arguments, ``batch_size`` among them; each runs on
+every device of the job. With COORDINATOR the process joins a job of PROCESSES processes (gloo
+collectives, as ``fastgp check --processes``) and the check runs on the XLA backend.
 
 The planted error: every gradient the sharded trainer all-reduces comes out 1.0001 times too large
 (its one all-reduce, ``trainer._packed_value_and_grad``, wrapped, as the "scaled_gradients"
@@ -40,9 +38,8 @@ def planted(*args, **kwargs):
 
 def run(cell: dict, plant: bool) -> dict:
     trainer._packed_value_and_grad = planted if plant else HONEST
-    arguments = {k: v for k, v in cell.items() if k != "devices"}
     try:
-        return check.run_check(cell.get("devices", jax.device_count()), **arguments)
+        return check.run_check(jax.device_count(), **cell)
     finally:
         trainer._packed_value_and_grad = HONEST
 
@@ -56,11 +53,7 @@ def main() -> None:
         correct, wrong = run(cell, False), run(cell, True)
         if jax.process_index() == 0:
             record = {
-                "cell": {
-                    **cell,
-                    "devices": cell.get("devices", jax.device_count()),
-                    "processes": jax.process_count(),
-                },
+                "cell": {**cell, "devices": jax.device_count(), "processes": jax.process_count()},
                 "ok": correct["ok"],
                 "planted_ok": wrong["ok"],
                 "correct": correct["max_rel_diff"],

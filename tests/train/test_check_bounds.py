@@ -199,22 +199,12 @@ def _assert_verdicts(records: list[dict], cells: list[dict]) -> None:
 
 
 @pytest.mark.slow
-def test_every_mesh_is_ok_and_catches_a_planted_error(child_env):
-    """Every mesh of the grid in one process of max(MESHES) devices, each on the first devices
-    of it (a mesh's check is the same on those devices as in a process of its own; one process
-    compiles the naive programs that meshes of one batch share once)."""
-    cells = [
-        {"devices": devices, **_cell(devices * per_device)}
-        for devices in MESHES
-        for per_device in GRID[devices]
-    ]
-    cells += [
-        {"devices": devices, "steps": 1, "n_critic": 1, "backend": "xla", **c}
-        for devices in MESHES
-        for c in DIGITS.get(devices, [])
-    ]
+@pytest.mark.parametrize("devices", MESHES)
+def test_every_mesh_is_ok_and_catches_a_planted_error(devices, child_env):
+    cells = [_cell(devices * per_device) for per_device in GRID[devices]]
+    cells += [{"steps": 1, "n_critic": 1, "backend": "xla", **c} for c in DIGITS.get(devices, [])]
     proc = subprocess.run(
-        [sys.executable, str(WORKER), str(max(MESHES)), json.dumps(cells)],
+        [sys.executable, str(WORKER), str(devices), json.dumps(cells)],
         capture_output=True,
         text=True,
         cwd=ROOT,
