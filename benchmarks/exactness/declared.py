@@ -22,6 +22,10 @@ run.json is checked again when it ends (``UndeclaredConfig`` names each field th
 recorded run keeps its resolved configuration, every commit that trained it (run.json's
 ``code``), its evaluations and its final quality.
 
+The study runs for hours: run it from a checkout that stays at one commit (``git worktree add``,
+with its own environment), so that work beside it never reaches a run, and point ``--runs-dir``
+at one folder that outlives the checkout; each run records every commit that trained it.
+
 ``pilot`` reads the first ``design.PILOT_SEEDS`` seeds of P1 and P2 and prints the standard
 deviation of their paired log differences and the seed count it sets (``analysis.seeds_needed``).
 """
