@@ -67,6 +67,16 @@ def check_name(op: Op, backend: str) -> Backend:
     return backend
 
 
+def auto_backend(op: Op, platform: str) -> Backend:
+    """The backend ``backend="auto"`` runs for ``op`` ("penalty" or "attention") on ``platform``
+    ("cpu", "tpu", "cuda", "rocm"): :data:`AUTO`'s kernel choice there, else XLA. ValueError for
+    an unknown op. (Where a call's operands or the GPU's JAX cannot run that choice's kernels,
+    :func:`resolve` runs XLA instead.)"""
+    if op not in AUTO:
+        raise ValueError(f"fastgp: unknown op {op!r}; expected one of {tuple(AUTO)}")
+    return AUTO[op].get(platform, "xla")
+
+
 def resolve(op: Op, backend: str, kernels_run_here: Callable[[], bool] = lambda: True) -> Backend:
     """The backend that ``op`` runs for ``backend``: ``"auto"`` resolved here and nowhere else.
 
@@ -89,7 +99,7 @@ def resolve(op: Op, backend: str, kernels_run_here: Callable[[], bool] = lambda:
     if chosen is not None:
         return chosen
     here = platform()
-    platform_choice = AUTO[op].get(here, "xla")
+    platform_choice = auto_backend(op, here)
     if platform_choice == "xla" or not kernels_run_here():
         return "xla"
     if here in GPU_PLATFORMS and not pallas_gpu.gpu_kernels_run(op, traced_device()):
@@ -206,6 +216,7 @@ __all__ = [
     "OP_BACKENDS",
     "Op",
     "attention_backend",
+    "auto_backend",
     "blocking",
     "check_backend_for_manual_axes",
     "check_name",

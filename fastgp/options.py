@@ -15,22 +15,14 @@ The figures behind each ``"auto"`` choice are in docs/performance.md ("What auto
 
 from fastgp._attention.config import SCHEMES as SEQUENCE_SCHEMES
 from fastgp._attention.config import Scheme as Scheme
-from fastgp._backends import AUTO, BACKENDS, Op
+from fastgp._backends import BACKENDS as BACKENDS
+from fastgp._backends import auto_backend as auto_backend
 from fastgp._penalty.kinds import KINDS as KINDS
 from fastgp._typing import Backend as Backend
 from fastgp._typing import Kind as Kind
 from fastgp._typing import Remat as Remat
 from fastgp._typing import SecondOrder as SecondOrder
 from fastgp.penalty import SECOND_ORDER as SECOND_ORDER
-
-
-def auto_backend(op: Op, platform: str) -> Backend:
-    """The backend ``backend="auto"`` runs for ``op`` on ``platform``: XLA unless the measured
-    figures chose a kernel there. ValueError for an unknown op."""
-    if op not in AUTO:
-        raise ValueError(f"fastgp: unknown op {op!r}; expected one of {tuple(AUTO)}")
-    return AUTO[op].get(platform, "xla")
-
 
 __all__ = [
     "BACKENDS",

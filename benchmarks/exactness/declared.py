@@ -83,11 +83,17 @@ def declared_config(testbed: str, arm: str, seed: int) -> dict[str, Any]:
     return plain(dataclasses.asdict(TrainConfig(**fields)))
 
 
+def _evaluation_every(steps: int) -> int:
+    """Generator steps between a run's evaluations (and checkpoints): ``design.EVALUATIONS`` of
+    them in its ``steps``."""
+    return steps // design.EVALUATIONS
+
+
 def run_argv(testbed: str, arm: str, seed: int) -> list[str]:
     """The ``fastgp train`` flags of one run: dataset, critic, seed, steps, the arm's flags, the
     backend and the cadence (``design.EVALUATIONS`` evaluations, a checkpoint at each)."""
     steps = base_fields(testbed)["total_steps"]
-    every = str(steps // design.EVALUATIONS)
+    every = str(_evaluation_every(steps))
     critic = design.TESTBEDS[testbed].critic
     argv = ["--dataset", design.DATASET, "--critic", critic, "--seed", str(seed)]
     argv += ["--steps", str(steps), *flags_of(arm_of(testbed, arm)), "--backend", design.BACKEND]
@@ -149,8 +155,8 @@ def collect(out: pathlib.Path, testbed: str, arm: str, seed: int, failure: str |
                 f"{out} failed, not on a non-finite value, so it is not recorded; fix the cause "
                 f"and run the study again, which continues it from its checkpoint: {failure}"
             )
-        steps = record["config"]["total_steps"]
-        planned = [steps * (i + 1) // design.EVALUATIONS for i in range(design.EVALUATIONS)]
+        every = _evaluation_every(record["config"]["total_steps"])
+        planned = [every * (i + 1) for i in range(design.EVALUATIONS)]
         record["nonfinite"] = failure
         record["primary"] = analysis.stopped_primary(evaluations, planned)
         record["collapsed"] = True

@@ -73,15 +73,12 @@ def _on_ring(config: Config, tokens: Any, mesh: Any, tq: int, tk: int) -> Config
     )
 
 
-def _on_heads(config: Config, spec: Any, mesh: Any, heads: int, tq: int, tk: int) -> bool:
+def _on_heads(config: Config, local_heads: int, n: int, tq: int, tk: int) -> bool:
     """Whether the pass trades its token split for a head split (the all-to-all): a scheme that
     takes it, q's tokens split over n devices that divide the tokens and each device's heads."""
     if config.scheme not in ("auto", "all-to-all") or config.q_offset:
         return False
-    n = _devices(spec[2], mesh)
-    return (
-        n > 1 and heads_split(heads // _devices(spec[1], mesh), n) and tq % n == 0 and tk % n == 0
-    )
+    return n > 1 and heads_split(local_heads, n) and tq % n == 0 and tk % n == 0
 
 
 def _devices(entry: Any, mesh: Any) -> int:
@@ -115,7 +112,7 @@ def _plan(config: Config, mesh: Any, operands: Sequence[Any]) -> tuple[_Plan, Co
     local_heads, shards = heads // _devices(spec[1], mesh), _devices(spec[2], mesh)
     if config.scheme == "all-to-all" and shards > 1 and not heads_split(local_heads, shards):
         raise heads_do_not_split(local_heads, shards)  # as in shard_map: asked, not substituted
-    if _on_heads(config, spec, mesh, heads, tq, tk):
+    if _on_heads(config, local_heads, shards, tq, tk):
         return _Plan(spec[0], spec[1], spec[2]), config, True
     on_ring = _on_ring(config, spec[2], mesh, tq, tk)
     if on_ring is None:

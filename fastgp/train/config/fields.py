@@ -58,6 +58,12 @@ def _flag(name: str, text: str, **how: Any) -> dict[str, Flag]:
     return {"flag": Flag(name, text, **how)}
 
 
+# One flag sets both networks' learning rates.
+_LEARNING_RATE = _flag(
+    "--lr", "Adam learning rate of both networks", parse=values.number(0, open_low=True)
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """GAN training hyperparameters. ``batch_size`` is the GLOBAL batch (all devices).
@@ -127,18 +133,8 @@ class TrainConfig:
             parse=values.number(0, open_low=True),
         ),
     )
-    lr_g: float = dataclasses.field(
-        default=1e-4,
-        metadata=_flag(
-            "--lr", "Adam learning rate of both networks", parse=values.number(0, open_low=True)
-        ),
-    )
-    lr_d: float = dataclasses.field(
-        default=1e-4,
-        metadata=_flag(
-            "--lr", "Adam learning rate of both networks", parse=values.number(0, open_low=True)
-        ),
-    )
+    lr_g: float = dataclasses.field(default=1e-4, metadata=_LEARNING_RATE)
+    lr_d: float = dataclasses.field(default=1e-4, metadata=_LEARNING_RATE)
     betas: tuple[float, float] = (0.5, 0.9)
     precision: Precision = dataclasses.field(
         default="f32",
