@@ -24,7 +24,7 @@ jax.config.update("jax_num_cpu_devices", int(sys.argv[1]))
 # The imports below come after the device count is set, before anything can start JAX (E402).
 from fastgp.train.cli.launcher import start_distributed  # noqa: E402
 from fastgp.train.run import check  # noqa: E402
-from fastgp.train.training import trainer  # noqa: E402
+from fastgp.train.trainers import trainer  # noqa: E402
 
 PLANTED_SCALE = 1.0001
 HONEST = trainer._packed_value_and_grad

@@ -29,8 +29,8 @@ from fastgp.train.config import TrainConfig  # noqa: E402
 from fastgp.train.models.networks import Model  # noqa: E402
 from fastgp.train.objective import penalties  # noqa: E402
 from fastgp.train.run import check  # noqa: E402
-from fastgp.train.training import trainer  # noqa: E402
-from fastgp.train.training.naive_trainer import NaiveTrainer  # noqa: E402
+from fastgp.train.trainers import trainer  # noqa: E402
+from fastgp.train.trainers.naive_trainer import NaiveTrainer  # noqa: E402
 
 SCENARIOS: dict[str, Callable[[int], dict]] = {}
 
@@ -189,7 +189,7 @@ def _aot_kernels(mesh, config):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from fastgp.train.training.state import init_state
+    from fastgp.train.trainers.state import init_state
 
     sharded = trainer.Trainer(config, *problem(), mesh=mesh)
 
@@ -223,7 +223,7 @@ def aot_precision(devices):
     from jax.sharding import PartitionSpec as P
 
     from fastgp.train.models.networks import conv_critic, conv_generator
-    from fastgp.train.training.state import index_sampler, init_state
+    from fastgp.train.trainers.state import index_sampler, init_state
 
     devs = topologies.get_topology_desc("v5e:2x2", "tpu").devices
     mesh = Mesh(np.array(devs), ("data",))

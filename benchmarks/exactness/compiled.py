@@ -51,8 +51,8 @@ from fastgp import measure as cf
 from fastgp.train.cli.parser import build_parser, overrides
 from fastgp.train.config import TrainConfig
 from fastgp.train.recipes import defaults as recipes
-from fastgp.train.training import trainer
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers import trainer
+from fastgp.train.trainers.state import init_state
 
 OUT = benchmarks.RESULTS / "exactness" / "compiled"
 DATASET = "mnist"

@@ -23,8 +23,8 @@ from fastgp.train.config import TrainConfig
 from fastgp.train.data.quality import quality_metric
 from fastgp.train.recipes.defaults import build_problem
 from fastgp.train.run.checkpoints import Checkpoints
-from fastgp.train.training.averaging import sampling_params
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers.averaging import sampling_params
+from fastgp.train.trainers.state import init_state
 
 CURVE_SETS = 2
 

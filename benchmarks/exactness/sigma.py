@@ -33,7 +33,7 @@ from fastgp.train.config import TrainConfig
 from fastgp.train.data.sets import load_mnist
 from fastgp.train.recipes.defaults import build_problem
 from fastgp.train.run.checkpoints import Checkpoints
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers.state import init_state
 
 RESULTS = benchmarks.RESULTS / "exactness"
 

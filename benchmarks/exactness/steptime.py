@@ -31,7 +31,7 @@ from benchmarks.exactness.declared import arm_of, flags_of
 from benchmarks.exactness.study import ROWS, rows
 from benchmarks.exactness.tables import steptime_table
 from fastgp.train.recipes.defaults import build_problem
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 RESULTS = benchmarks.RESULTS / "exactness"
 

@@ -125,8 +125,8 @@ def _devices(topology):
 def compile_steps(dataset: str, topology) -> dict:
     """{"critic step": collectives, "generator iteration": collectives} of one compiled program."""
     from fastgp.train.recipes.defaults import build_problem, default_config
-    from fastgp.train.training.state import init_state
-    from fastgp.train.training.trainer import Trainer
+    from fastgp.train.trainers.state import init_state
+    from fastgp.train.trainers.trainer import Trainer
 
     devices = _devices(topology)
     mesh = Mesh(np.array(devices), ("data",))

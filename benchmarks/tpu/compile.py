@@ -24,6 +24,7 @@ import jax
 import benchmarks
 from benchmarks import workloads as W
 from benchmarks.tables import markdown_table
+from benchmarks.tpu import versions
 from fastgp import measure as cf
 
 OUT = benchmarks.RESULTS / "tpu" / "tpu_compile.md"
@@ -51,7 +52,23 @@ def ratio(record, base, key):
     return f"{record[key] / base[key]:.4f}x" if base else "-"
 
 
-def render(records):
+# What a program's figures are, as the page prints them (compile seconds are not among them).
+FIGURES = {
+    "GFLOP": lambda r: f"{r['flops'] / 1e9:.3f}",
+    "MB accessed": lambda r: f"{r['bytes'] / 1e6:.2f}",
+    "copy": lambda r: str(r["copies"]),
+    "copy-start": lambda r: str(r["async_copies"]),
+    "temp MiB": lambda r: f"{r['temp'] / 2**20:.2f}",
+    "kernel": lambda r: "yes" if r["kernel"] else "no",
+}
+
+
+def program(record):
+    return (record["generation"], record["critic"], record["variant"])
+
+
+def render(all_records):
+    records = versions.of_oldest(all_records)
     lines = [
         "# Compiled whole critic steps for TPU (AOT from a CPU host via libtpu)",
         "",
@@ -110,12 +127,14 @@ def render(records):
         "kernel",
         "compile s",
     ]
-    return "\n".join([*lines, *markdown_table(head, rows)]) + "\n"
+    changes = versions.differences(all_records, program, FIGURES)
+    return "\n".join([*lines, *markdown_table(head, rows), "", *changes]) + "\n"
 
 
-def table(records):
-    """performance.md's table: per generation and critic, fastgp's default and its Pallas step
-    over the naive step (bytes, flops) and the copy ops of all three."""
+def table(all_records):
+    """performance.md's table, from the oldest JAX's records: per generation and critic, fastgp's
+    default and its Pallas step over the naive step (bytes, flops) and the copy ops of all three."""
+    records = versions.of_oldest(all_records)
     rows = []
     for naive in (r for r in records if r["variant"] == "naive"):
         same = {
@@ -161,10 +180,12 @@ def main(argv=None):
                     variant=variant,
                     batch=spec.batch,
                     dtype=jax.numpy.dtype(spec.dtype).name,
+                    **versions.toolchain(),
                 )
                 record.update(measure(generation, spec, variant))
                 print(json.dumps(record), flush=True)
                 records.append(record)
+    records = versions.merged(OUT.with_suffix(".json"), records)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(render(records))
     OUT.with_suffix(".json").write_text(json.dumps(records, indent=1))

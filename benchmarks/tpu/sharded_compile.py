@@ -25,6 +25,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 import json
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,7 @@ from jax.sharding import PartitionSpec as P
 import benchmarks
 from benchmarks import workloads as W
 from benchmarks.tables import markdown_table
+from benchmarks.tpu import versions
 from benchmarks.tpu.collectives import arrays_moved, collective_ops
 from fastgp import measure as cf
 
@@ -123,10 +125,30 @@ def measure(name, variant):
         kernel=figures["kernel"],
         **collectives(sharded.as_text()),
         compile_s=time.perf_counter() - start,
+        **versions.toolchain(),
     )
 
 
-def render(records):
+# What a program's figures are, as the page prints them.
+FIGURES: dict[str, Callable[[dict], str]] = {
+    "GFLOP per chip": lambda r: f"{r['flops'] / 1e9:.3f}",
+    "MB per chip": lambda r: f"{r['bytes'] / 1e6:.2f}",
+    "GFLOP one chip": lambda r: f"{r['single_flops'] / 1e9:.3f}",
+    "MB one chip": lambda r: f"{r['single_bytes'] / 1e6:.2f}",
+    "all-reduce": lambda r: str(r["all-reduce"]),
+    "all-gather": lambda r: str(r["all-gather"]),
+    "all-to-all": lambda r: str(r["all-to-all"]),
+    "permute": lambda r: str(r["collective-permute"]),
+    "kernel": lambda r: "yes" if r["kernel"] else "no",
+}
+
+
+def program(record):
+    return (record["mesh"], record["variant"])
+
+
+def render(all_records):
+    records = versions.of_oldest(all_records)
     lines = [
         "# Sharded critic steps compiled for TPU meshes (AOT from a CPU host via libtpu)",
         "",
@@ -148,7 +170,8 @@ def render(records):
     ]
     rows = []
     for r in records:
-        mesh = f"{r['topology']} {'x'.join(map(str, MESHES[r['mesh']][1]))} {r['axes']}"
+        shape = "x".join(map(str, MESHES[r["mesh"]][1]))
+        mesh = f"{r['topology']} ({shape} over {', '.join(r['axes'])})"
         rows.append(
             [
                 mesh,
@@ -179,12 +202,15 @@ def render(records):
         "permute",
         "kernel",
     ]
-    return "\n".join([*lines, *markdown_table(head, rows)]) + "\n"
+    changes = versions.differences(all_records, program, FIGURES)
+    return "\n".join([*lines, *markdown_table(head, rows), "", *changes]) + "\n"
 
 
-def table(records):
-    """performance.md's table: per mesh, each variant's per-chip flops and bytes over one chip's
-    at the per-chip batch, and its collectives (naive / fastgp / fastgp-pallas in each cell)."""
+def table(all_records):
+    """performance.md's table, from the oldest JAX's records: per mesh, each variant's per-chip
+    flops and bytes over one chip's at the per-chip batch, and its collectives (naive / fastgp /
+    fastgp-pallas in each cell)."""
+    records = versions.of_oldest(all_records)
     rows = []
     for name in dict.fromkeys(r["mesh"] for r in records):
         by_variant = {r["variant"]: r for r in records if r["mesh"] == name}
@@ -219,6 +245,7 @@ def main(argv=None):
             record = measure(name, variant)
             print(json.dumps(record), flush=True)
             records.append(record)
+    records = versions.merged(OUT.with_suffix(".json"), records)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(render(records))
     OUT.with_suffix(".json").write_text(json.dumps(records, indent=1))

@@ -41,7 +41,7 @@ from fastgp.train.config import TrainConfig
 from fastgp.train.data.quality import mode_quality
 from fastgp.train.data.sets import sample_toy, toy_modes
 from fastgp.train.recipes.defaults import TOY, toy_networks
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 RESULTS = benchmarks.RESULTS / "training"
 REDUCTIONS = ("mean", "sum")

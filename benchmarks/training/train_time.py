@@ -119,7 +119,7 @@ def chunk_costs(dataset: str, rounds: int, chunk: int = 100, flip: bool = False)
     import jax
 
     from fastgp.train.recipes.defaults import build_problem, default_config
-    from fastgp.train.training.trainer import Trainer, make_mesh
+    from fastgp.train.trainers.trainer import Trainer, make_mesh
 
     config = default_config(dataset, backend="xla")
     problem = build_problem(dataset, config)

@@ -1,4 +1,4 @@
-"""Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.train.training.trainer.Trainer``
+"""Tune speed-to-quality of WGAN-GP on the 2-D toy sets: ``fastgp.train.trainers.trainer.Trainer``
 on one device.
 
     JAX_PLATFORMS=cpu python -m benchmarks.training.tune_toy --dataset 25gaussians --seed 0
@@ -22,7 +22,7 @@ from fastgp.train.data.quality import mode_quality
 from fastgp.train.data.sets import sample_toy, toy_modes
 from fastgp.train.models.networks import ACTIVATIONS
 from fastgp.train.recipes.defaults import RECIPES, TOY_DEPTH, toy_networks
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 PAPER = dict(
     width=512,

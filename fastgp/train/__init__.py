@@ -9,7 +9,7 @@ from neither), never from one below (tests/train/test_layers.py checks):
     models/      the networks
     objective/   the GAN losses and the penalty's placement, weight schedule and lazy Adam
     config/      the run's configuration, each field declared once with its flag and checks
-    training/    the state, the sharded trainer and the naive oracle
+    trainers/    the state, the sharded trainer and the naive oracle
     recipes/     each dataset's tuned recipe: its config, networks and real data
     run/         a ``fastgp train`` run (loop, checkpoints, outputs) and ``fastgp check``
     cli/         the ``fastgp`` command: flags, dispatch, multi-process launch, ``fastgp tune``

@@ -12,7 +12,7 @@ from benchmarks.exactness import sigma
 from fastgp.train.data.sets import load_mnist
 from fastgp.train.recipes.defaults import build_problem, default_config
 from fastgp.train.run.checkpoints import Checkpoints
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers.state import init_state
 
 
 @pytest.fixture(scope="module")

@@ -151,7 +151,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="trainer-grads-scaled",
-        file="fastgp/train/training/trainer.py",
+        file="fastgp/train/trainers/trainer.py",
         old="    return value, unravel(grads)\n",
         new="    return value, unravel(1.0001 * grads)\n",
         targets=("tests/train/test_trainer.py::test_sharded_equals_naive[2-xla-wgan-lp-reexec]",),

@@ -10,8 +10,8 @@ import optax
 import pytest
 
 from fastgp.train.config import ConfigError, TrainConfig
-from fastgp.train.training.averaging import average_of, averaged, decay, sampling_params
-from fastgp.train.training.state import optimizers
+from fastgp.train.trainers.averaging import average_of, averaged, decay, sampling_params
+from fastgp.train.trainers.state import optimizers
 
 
 def _walk(optimizer, steps, seed=0):

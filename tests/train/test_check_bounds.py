@@ -23,9 +23,9 @@ from fastgp.train.config import TrainConfig
 from fastgp.train.run import check
 from fastgp.train.run.check_bounds import EPSILON, UNIT_ROUNDOFF, AdamDrift, scaled_difference
 from fastgp.train.run.check_scales import StepScales, _term, longest_contraction
-from fastgp.train.training import trainer
-from fastgp.train.training.naive_trainer import NaiveTrainer
-from fastgp.train.training.state import critic_keys
+from fastgp.train.trainers import trainer
+from fastgp.train.trainers.naive_trainer import NaiveTrainer
+from fastgp.train.trainers.state import critic_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "check_grid_worker.py"

@@ -25,7 +25,7 @@ from fastgp.train.cli import launcher
 from fastgp.train.cli.main import main
 from fastgp.train.recipes.defaults import build_problem, default_config
 from fastgp.train.run.checkpoints import Checkpoints
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers.state import init_state
 
 ROOT = Path(__file__).resolve().parents[2]
 # 400 generator steps of the 2-D recipe at batch 64: checkpoints every 50, LR decay from 200.

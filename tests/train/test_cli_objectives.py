@@ -14,7 +14,7 @@ from fastgp.train.cli.main import main
 from fastgp.train.config import TrainConfig
 from fastgp.train.recipes.defaults import build_problem
 from fastgp.train.run.checkpoints import Checkpoints
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers.state import init_state
 
 
 @pytest.mark.parametrize(

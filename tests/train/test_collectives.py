@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.tpu.collectives import count_collectives, operand_shapes
 from fastgp.train.recipes.defaults import build_problem, default_config
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 
 @functools.cache

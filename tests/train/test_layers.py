@@ -1,7 +1,7 @@
 """The training application's layout: one folder per job, imports flowing one way, no circle.
 
 ``fastgp/train/`` holds one folder per job, in layers: data and models at the bottom (neither
-imports the other), then objective, config, training, recipes, run and cli. A module may import
+imports the other), then objective, config, trainers, recipes, run and cli. A module may import
 from its own folder and from the folders of lower layers, never from a higher layer or a peer; no
 module imports itself back through others; the library (``fastgp/`` outside ``train/``) imports
 nothing of it. Every import counts, those inside functions too (found with ``ast``, nothing is run).
@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "fastgp" / "train"
 # folder -> layer: a module may import from its own folder and from folders of a lower layer.
 LAYERS = {
-    **{"data": 0, "models": 0, "objective": 1, "config": 2, "training": 3},
+    **{"data": 0, "models": 0, "objective": 1, "config": 2, "trainers": 3},
     **{"recipes": 4, "run": 5, "cli": 6},
 }
 
@@ -118,9 +118,9 @@ def test_the_library_imports_nothing_of_the_application():
 # fastgp.train uses the library's public API; these private names it takes on purpose, each with
 # a comment at its import saying why.
 PRIVATE_ON_PURPOSE = {
-    "fastgp.train.training.naive_trainer": {"fastgp._penalty.reference"},
+    "fastgp.train.trainers.naive_trainer": {"fastgp._penalty.reference"},
     "fastgp.train.run.check_scales": {"fastgp._approximate.api", "fastgp._penalty.reference"},
-    "fastgp.train.training.trainer": {"fastgp._backends"},
+    "fastgp.train.trainers.trainer": {"fastgp._backends"},
 }
 
 

@@ -20,8 +20,8 @@ import pytest
 from fastgp.train.config import ConfigError, TrainConfig
 from fastgp.train.models.networks import mlp
 from fastgp.train.objective import losses, penalties
-from fastgp.train.training.state import critic_keys, gp_schedule, optimizers
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.state import critic_keys, gp_schedule, optimizers
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 
 def softplus64(x):

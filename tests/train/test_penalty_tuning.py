@@ -9,7 +9,7 @@ from fastgp.penalty import SECOND_ORDER
 from fastgp.train.config import ConfigError
 from fastgp.train.recipes.defaults import build_problem, default_config
 from fastgp.train.run.penalty_tuning import _arguments, _critic_loss, choose_second_order
-from fastgp.train.training.trainer import Trainer
+from fastgp.train.trainers.trainer import Trainer
 
 
 @pytest.mark.parametrize(("dataset", "precision"), [("digits", "f32"), ("8gaussians", "bf16")])

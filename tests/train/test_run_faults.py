@@ -32,7 +32,7 @@ from orbax.checkpoint._src.serialization.type_handlers import NumpyHandler
 from fastgp.train.recipes.defaults import build_problem, default_config
 from fastgp.train.run.checkpoints import DIGEST, Checkpoints
 from fastgp.train.run.lock import LOCK_NAME
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers.state import init_state
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 100
@@ -584,7 +584,7 @@ def test_lock_without_flock_uses_the_recorded_pid(tmp_path, monkeypatch):
 
 
 def test_first_nonfinite_loss_names_the_first_quantity_in_computation_order():
-    from fastgp.train.training.nonfinite import first_nonfinite_loss
+    from fastgp.train.trainers.nonfinite import first_nonfinite_loss
 
     shape = (3, 5, 2)  # iterations, critic steps, cores
     metrics = {
@@ -600,7 +600,7 @@ def test_first_nonfinite_loss_names_the_first_quantity_in_computation_order():
 
 
 def test_nonfinite_state_names_the_array():
-    from fastgp.train.training.nonfinite import nonfinite_state
+    from fastgp.train.trainers.nonfinite import nonfinite_state
 
     config = default_config("8gaussians")
     state = init_state(config, *build_problem("8gaussians", config)[:2])

@@ -16,7 +16,7 @@ from fastgp.train.objective.penalties import PLACEMENTS
 from fastgp.train.recipes.defaults import build_problem, default_config
 from fastgp.train.run import figures
 from fastgp.train.run.evaluation import Evaluator
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers.state import init_state
 
 SIGMA, MINUS = "\N{GREEK SMALL LETTER SIGMA}", "\N{MINUS SIGN}"
 INTERPOLATES, REALS, FAKES = "the interpolates", "the reals", "the fakes"

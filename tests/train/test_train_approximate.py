@@ -8,8 +8,8 @@ import pytest
 from fastgp.train.cli.parser import build_parser
 from fastgp.train.config import ConfigError, TrainConfig
 from fastgp.train.models.networks import mlp
-from fastgp.train.training.naive_trainer import NaiveTrainer
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.naive_trainer import NaiveTrainer
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 
 def problem():

@@ -19,9 +19,9 @@ from jax.sharding import AbstractMesh
 
 from fastgp.train.config import TrainConfig
 from fastgp.train.run.check_bounds import EPSILON
-from fastgp.train.training.core_stats import summarize
-from fastgp.train.training.state import critic_keys, generator_key, gp_schedule, index_sampler
-from fastgp.train.training.trainer import Trainer
+from fastgp.train.trainers.core_stats import summarize
+from fastgp.train.trainers.state import critic_keys, generator_key, gp_schedule, index_sampler
+from fastgp.train.trainers.trainer import Trainer
 
 WORKER = Path(__file__).resolve().parents[1] / "multidevice_worker.py"  # tests/, shared
 ROOT = Path(__file__).resolve().parents[2]
@@ -241,7 +241,7 @@ def test_fused_and_unfused_runs_agree(problem, gp_every):
     the critic steps written out (CPU): the same steps, states and metrics. With n_critic 3,
     gp_every 3 is decided at trace time when written out and by ``lax.cond`` when fused."""
     from fastgp.train.models.networks import conv_critic, conv_generator, mlp
-    from fastgp.train.training.trainer import make_mesh
+    from fastgp.train.trainers.trainer import make_mesh
 
     if problem == "toy":
         models = (
@@ -319,8 +319,8 @@ def test_default_fusing_follows_the_networks_program():
     critic steps written out (XLA:CPU runs convolutions several times slower in a loop body);
     elsewhere always fused; ``fused=`` overrides; and ``run`` goes the way ``fused`` says."""
     from fastgp.train.recipes.defaults import build_problem, default_config
-    from fastgp.train.training.fusion import default_fused, network_primitives
-    from fastgp.train.training.trainer import make_mesh
+    from fastgp.train.trainers.fusion import default_fused, network_primitives
+    from fastgp.train.trainers.trainer import make_mesh
 
     mesh = make_mesh(jax.devices()[:1])
     for dataset in ("8gaussians", "25gaussians", "digits"):
@@ -507,7 +507,7 @@ def test_decay_needs_total_steps():
 
 
 def test_learning_rates_decay_linearly_to_zero_over_the_last_fraction():
-    from fastgp.train.training.state import lr_schedule
+    from fastgp.train.trainers.state import lr_schedule
 
     schedule = lr_schedule(2e-3, 100, 0.5)
     assert [float(schedule(i)) for i in (0, 49, 50)] == pytest.approx([2e-3, 2e-3, 2e-3])

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from fastgp.train.recipes.defaults import build_problem, default_config
-from fastgp.train.training.state import critic_keys
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.state import critic_keys
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 
 def _trainer(dataset, **overrides):
@@ -28,7 +28,7 @@ def test_real_batches_are_the_naive_trainers_draws(dataset):
     trainer = _trainer(dataset, batch_size=24, n_critic=3)
     state = trainer.init()._replace(iteration=jnp.int32(7))
     batches = np.asarray(jax.jit(trainer._real_batches)(state))
-    # fastgp.train.training.naive_trainer draws one batch per critic step, each in its own program.
+    # fastgp.train.trainers.naive_trainer draws one batch per critic step, each in its own program.
     draw = jax.jit(lambda key: trainer.sample_real(key, 24).astype(jnp.float32))
     naive = np.stack(
         [np.asarray(draw(critic_keys(state.key, state.iteration, step)[0])) for step in range(3)]

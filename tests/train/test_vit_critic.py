@@ -212,7 +212,7 @@ def test_check_with_the_vit_critic_equals_naive(child_env):
 def _final_state(out, step=4):
     """(config, TrainState checkpointed at ``step``) of the run in ``out``."""
     from fastgp.train.run.checkpoints import Checkpoints
-    from fastgp.train.training.state import init_state
+    from fastgp.train.trainers.state import init_state
 
     run = json.loads((out / "run.json").read_text())
     config = TrainConfig(**{**run["config"], "betas": tuple(run["config"]["betas"])})

@@ -80,7 +80,7 @@ class TrainConfig:
     compute dtype of both networks' ``apply``; parameters, optimiser state, losses and norms
     stay float32. ``vit_patch`` (None: the recipe's) is the ViT critic's patch side.
     ``g_average`` > 0 keeps an exponential moving average of the generator's parameters with
-    that half-life in generator steps (``fastgp.train.training.averaging``), and samples and
+    that half-life in generator steps (``fastgp.train.trainers.averaging``), and samples and
     evaluations come from it; 0 keeps none. With ``decay_fraction > 0`` both learning rates stay
     constant, then decay linearly to 0 over the last ``decay_fraction`` of ``total_steps``
     generator iterations (the critic's schedule counts its ``n_critic`` steps per iteration).

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from fastgp.train.config import CRITICS, TrainConfig
 from fastgp.train.data.sets import MNIST_SHAPE, TOY_DATASETS, load_digits, load_mnist, sample_toy
 from fastgp.train.models.networks import Image, Model, conv_critic, conv_generator, mlp, vit_critic
-from fastgp.train.training.state import index_sampler
+from fastgp.train.trainers.state import index_sampler
 
 TOY_DEPTH = 3
 

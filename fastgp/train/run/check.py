@@ -5,8 +5,8 @@
 
 :func:`run_check` builds the same GAN (small GELU MLPs on 8 Gaussians, or the digits recipe's conv
 pair with GELU on 8x8 digits, with ``critic="vit"`` the ViT critic of ``--critic vit`` against that
-generator) from the same seed as ``fastgp.train.training.trainer.Trainer`` on a ``devices``-long
-mesh and as ``fastgp.train.training.naive_trainer.NaiveTrainer`` on one device. The naive trainer
+generator) from the same seed as ``fastgp.train.trainers.trainer.Trainer`` on a ``devices``-long
+mesh and as ``fastgp.train.trainers.naive_trainer.NaiveTrainer`` on one device. The naive trainer
 trains ``steps`` generator iterations; at every one of its steps both trainers start from its state,
 so rounding never compounds and every difference is one step's. Reported, each the largest over the
 steps:
@@ -48,9 +48,9 @@ from fastgp.train.objective.losses import Loss
 from fastgp.train.objective.penalties import Placement
 from fastgp.train.recipes.defaults import DIGITS, VIT, recipe
 from fastgp.train.run.check_bounds import EPSILON, Bounds, scaled_difference
-from fastgp.train.training.naive_trainer import NaiveTrainer
-from fastgp.train.training.state import index_sampler
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.naive_trainer import NaiveTrainer
+from fastgp.train.trainers.state import index_sampler
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 # bfloat16: each difference relative to the reference's size, at a few of bfloat16's roundoffs
 # (2^-8); its networks round every layer to 8 bits, which the float32 error model of

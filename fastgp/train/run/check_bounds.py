@@ -79,13 +79,13 @@ import optax
 from fastgp.train.config import TrainConfig
 from fastgp.train.objective.penalties import lazy_adam
 from fastgp.train.run.check_scales import Scale, StepScales
-from fastgp.train.training import state as train_state
-from fastgp.train.training.naive_trainer import NaiveTrainer
+from fastgp.train.trainers import state as train_state
+from fastgp.train.trainers.naive_trainer import NaiveTrainer
 
 UNIT_ROUNDOFF = 2.0**-24  # float32's u
 LAMBDA = 6.0  # the probabilistic bound's constant (module docstring)
 EPSILON = 2 * LAMBDA * UNIT_ROUNDOFF  # two computations, each within LAMBDA sqrt(n) u
-ADAM_EPS = 1e-8  # optax.adam's default, which fastgp.train.training.state.optimizers keeps
+ADAM_EPS = 1e-8  # optax.adam's default, which fastgp.train.trainers.state.optimizers keeps
 VALUES = ("wasserstein", "critic_loss", "penalty")  # of a critic step
 
 
@@ -135,7 +135,7 @@ class AdamDrift:
 
     def __init__(self, config: TrainConfig, network: Literal["critic", "generator"]):
         lr, betas, total = config.lr_g, config.betas, config.total_steps
-        if network == "critic":  # as fastgp.train.training.state.optimizers builds the critic's
+        if network == "critic":  # as fastgp.train.trainers.state.optimizers builds the critic's
             lr, total = config.lr_d, None if total is None else total * config.n_critic
             if config.lazy_adam:
                 lr, betas = lazy_adam(lr, betas, config.gp_every)

@@ -26,8 +26,8 @@ from fastgp._approximate.api import perturb
 from fastgp._penalty.reference import naive_grad_norms, naive_penalties
 from fastgp.train.objective.losses import critic_terms, generator_terms, uses_real_in_generator
 from fastgp.train.objective.penalties import approximate_weight
-from fastgp.train.training import state as train_state
-from fastgp.train.training.naive_trainer import NaiveTrainer
+from fastgp.train.trainers import state as train_state
+from fastgp.train.trainers.naive_trainer import NaiveTrainer
 
 
 class Scale(NamedTuple):

@@ -19,7 +19,7 @@ from fastgp.train.config import TrainConfig
 from fastgp.train.data.quality import SPECS, ImageQuality, mode_quality, quality_metric
 from fastgp.train.data.sets import toy_modes
 from fastgp.train.recipes.defaults import Problem
-from fastgp.train.training.averaging import sampling_params
+from fastgp.train.trainers.averaging import sampling_params
 
 # Image-metric keys logged in metrics.jsonl (the summary holds the whole metric).
 DIGITS_RECORD = (

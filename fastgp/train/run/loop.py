@@ -36,8 +36,8 @@ from fastgp.train.run.options import RunError, RunFailure, RunOptions, write_out
 from fastgp.train.run.progress import RunProgress
 from fastgp.train.run.session import Session, prepare_out, setup
 from fastgp.train.run.signals import StopRequest
-from fastgp.train.training.averaging import sampling_params
-from fastgp.train.training.nonfinite import first_nonfinite_loss, nonfinite_state
+from fastgp.train.trainers.averaging import sampling_params
+from fastgp.train.trainers.nonfinite import first_nonfinite_loss, nonfinite_state
 
 
 def train(

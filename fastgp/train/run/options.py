@@ -51,7 +51,7 @@ class RunOptions:
     progress: bool = True
     devices: int | None = None  # mesh size (default: every visible device)
     # Trainer.run as one fused scan (True) or an iteration per dispatch (False); None: the
-    # trainer's choice by platform and networks (``fastgp.train.training.fusion.default_fused``).
+    # trainer's choice by platform and networks (``fastgp.train.trainers.fusion.default_fused``).
     # The same steps and random numbers either way, equal up to float rounding: not checkpointed,
     # a resumed run may choose differently (bitwise equal to an uninterrupted run with the same).
     fused: bool | None = None

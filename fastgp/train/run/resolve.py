@@ -22,7 +22,7 @@ from fastgp.train.config import FLAGS, ConfigError, TrainConfig
 from fastgp.train.recipes.defaults import build_problem, default_config, recipe_hint
 from fastgp.train.run.checkpoints import CheckpointDamaged, Checkpoints, reason
 from fastgp.train.run.options import DEFAULT_DATASET, RunError, RunOptions, warn
-from fastgp.train.training.state import init_state
+from fastgp.train.trainers.state import init_state
 
 DAMAGED = "checkpoints-damaged"  # where --resume moves damaged checkpoints, inside --out
 # Fields a resumed run may change: they do not alter what is computed, only how.

@@ -31,8 +31,8 @@ from fastgp.train.run.lock import DirectoryBusy, RunLock
 from fastgp.train.run.options import CADENCE, RunError, RunFailure, RunOptions, warn, write_output
 from fastgp.train.run.penalty_tuning import choose_second_order, tuning_line, tuning_record
 from fastgp.train.run.resolve import Resumed, resolve
-from fastgp.train.training.state import TrainState
-from fastgp.train.training.trainer import Trainer, make_mesh
+from fastgp.train.trainers.state import TrainState
+from fastgp.train.trainers.trainer import Trainer, make_mesh
 
 
 class Cadence(NamedTuple):

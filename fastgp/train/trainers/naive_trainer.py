@@ -2,7 +2,7 @@
 
 No kernels, no ``shard_map``, no custom VJPs: ``jnp.mean`` losses, a hand-written interpolation and
 ``fastgp.naive_gradient_penalty`` (nested ``jax.grad``). Parameters, optimiser and random numbers
-come from ``fastgp.train.training.state`` exactly as in ``fastgp.train.training.trainer``, so the
+come from ``fastgp.train.trainers.state`` exactly as in ``fastgp.train.trainers.trainer``, so the
 two must agree to float32 rounding.
 
     trainer = NaiveTrainer(config, generator, critic, sample_real)
@@ -35,12 +35,12 @@ from fastgp import approximate_r1
 from fastgp._penalty.reference import naive_grad_norms, naive_gradient_penalty
 from fastgp.train.config import TrainConfig
 from fastgp.train.models.networks import Model
-from fastgp.train.training import state as train_state
+from fastgp.train.trainers import state as train_state
 
 
 class NaiveTrainer:
     """Single-device reference trainer with the same interface and random numbers as
-    ``fastgp.train.training.trainer.Trainer``."""
+    ``fastgp.train.trainers.trainer.Trainer``."""
 
     def __init__(
         self,

@@ -14,12 +14,12 @@
 One generator iteration is ``n_critic`` critic steps then one generator step. Parameters and
 optimiser state are replicated (``P()``), batches are sharded over "data" (``P("data")``). Semantics
 are those of one device with the GLOBAL batch: real data, generator noise and interpolation alpha
-are drawn for the global batch from the keys of ``fastgp.train.training.state`` and each core uses
+are drawn for the global batch from the keys of ``fastgp.train.trainers.state`` and each core uses
 its slice; losses are global means; parameter gradients are ``jax.grad`` taken inside ``shard_map``
 (``check_vma=True``) of the psum'd global-mean loss, which makes them the single-device gradients
 with no hand-written scaling; they are taken with respect to the raveled parameters cast once to
 per-core values, so each step all-reduces one vector (``_packed_value_and_grad``).
-``fastgp.train.run.check`` verifies all of that against ``fastgp.train.training.naive_trainer``.
+``fastgp.train.run.check`` verifies all of that against ``fastgp.train.trainers.naive_trainer``.
 
 ``run`` goes one of two ways, the same steps and random numbers (``fused``; None:
 ``fusion.default_fused``). Fused: ``run(state, I)`` is one compiled ``lax.scan`` over the I
@@ -31,7 +31,7 @@ the weight-gradient convolutions inside a loop body for a slow path (many times 
 iteration in the scan than written out; docs/trainer.md has the measurements), and a dispatch
 per iteration costs little there. The MLP pairs run fused on CPU too: their scan
 compiles faster and costs less CPU time per iteration than the written-out iteration
-(``benchmarks/train_time.py``); ``fastgp.train.training.fusion`` holds that choice. Written out, a
+(``benchmarks/train_time.py``); ``fastgp.train.trainers.fusion`` holds that choice. Written out, a
 ``gp_every`` that divides ``n_critic`` decides the lazy penalty of each critic step at trace
 time (no ``lax.cond``). ``run.lower`` lowers the fused program either way.
 
@@ -64,9 +64,9 @@ from fastgp.train.config import TrainConfig
 from fastgp.train.models.networks import Model
 from fastgp.train.objective.losses import critic_terms, generator_terms, uses_real_in_generator
 from fastgp.train.objective.penalties import placed_penalty
-from fastgp.train.training import core_stats
-from fastgp.train.training.fusion import default_fused
-from fastgp.train.training.state import (
+from fastgp.train.trainers import core_stats
+from fastgp.train.trainers.fusion import default_fused
+from fastgp.train.trainers.state import (
     TrainState,
     critic_keys,
     generator_key,
@@ -96,7 +96,7 @@ class Trainer:
     ``fastgp.train.models.networks.Model`` pair).
 
     ``sample_real(key, n)`` returns ``n`` real samples (n, ...) float32 and must be jittable (see
-    ``fastgp.train.training.state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh
+    ``fastgp.train.trainers.state.index_sampler`` for an in-memory dataset). ``mesh`` is a 1-D mesh
     with axis "data" (default :func:`make_mesh`). With an interpret backend ``run``, ``critic_step``
     and ``gradients`` wait for their results before returning (``fastgp._backends``).
     """
@@ -156,7 +156,7 @@ class Trainer:
     # --- public (plus the jitted run, critic_step, gradients and sample set in __init__) -------
 
     def init(self) -> TrainState:
-        """The initial state (``fastgp.train.training.state.init_state``), replicated on the
+        """The initial state (``fastgp.train.trainers.state.init_state``), replicated on the
         mesh."""
         return self.replicate(init_state(self.config, self.generator, self.critic))
 

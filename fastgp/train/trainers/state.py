@@ -1,7 +1,7 @@
 """What both trainers share: the state, initialisation and the RNG derivation.
 
-The sharded trainer (``fastgp.train.training.trainer``) and the plain one-device oracle
-(``fastgp.train.training.naive_trainer``) must see the same parameters, optimiser and random
+The sharded trainer (``fastgp.train.trainers.trainer``) and the plain one-device oracle
+(``fastgp.train.trainers.naive_trainer``) must see the same parameters, optimiser and random
 numbers, so all of that is defined here once, for a ``fastgp.train.config.TrainConfig``:
 
     TrainState                           (iteration, key, g_params, d_params, g_opt, d_opt)
@@ -21,7 +21,7 @@ import optax
 
 from fastgp.train.config import TrainConfig
 from fastgp.train.objective.penalties import lazy_adam, scheduled_weight
-from fastgp.train.training.averaging import averaged
+from fastgp.train.trainers.averaging import averaged
 
 
 class TrainState(NamedTuple):

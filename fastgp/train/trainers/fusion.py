@@ -6,7 +6,7 @@
 Fused everywhere, except on CPU for networks with a primitive of :data:`LOOP_SLOW_ON_CPU`
 (convolutions): XLA:CPU lays out the weight-gradient convolutions inside a loop body for a slow
 path, so those networks run one compiled iteration per dispatch there
-(``fastgp.train.training.trainer`` has both ways; docs/trainer.md the measurements).
+(``fastgp.train.trainers.trainer`` has both ways; docs/trainer.md the measurements).
 """
 
 from typing import Any
