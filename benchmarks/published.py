@@ -31,8 +31,8 @@ no longer give fails the suite. Sources, per block (:data:`BLOCKS`, paths under 
     attention/auto_cpu.json            with attention_tpu.json, gpu/: what attention's "auto" runs
     gpu/attention_gpu*.json            the long ViT's steps through each attention on an H200
     gpu/gpu_bandwidth.md               the penalty's Triton kernel against XLA on an H200
-    tpu/tpu_compile.json               the toy critics compiled for v5e, v6e and TPU7x
-    tpu/tpu_sharded_compile.json       the conv critic's step sharded over TPU meshes
+    tpu/tpu_compile.json               the toy critics compiled for v5e, v6e and TPU7x, per JAX
+    tpu/tpu_sharded_compile.json       the conv critic's step sharded over TPU meshes, per JAX
     tpu/vmem_request_three_quarters.json  the penalty kernels' steps asking for 3/4 of VMEM
     exactness/study_*.json, sigma.json  exact against approximate R1 trained on MNIST
     exactness/declared_*.json          the declared study's runs so far (declared.md)
@@ -52,6 +52,7 @@ from benchmarks import harness
 from benchmarks.approximate_r1 import tables as approximate_r1_tables
 from benchmarks.exactness import tables as exactness_tables
 from benchmarks.tables import markdown_table
+from benchmarks.tpu import versions as tpu_versions
 from benchmarks.zoo import report as zoo_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -501,15 +502,21 @@ def digits_runs(results):
 # --- attention ----------------------------------------------------------------------------------
 
 
+def _oldest_jax(records):
+    return tpu_versions.of_oldest(records) if records and "jax" in records[0] else records
+
+
 def vmem_request(results):
     """performance.md's table: the penalty kernels' steps with a scoped-VMEM request of 3/4 of
     the core's VMEM over the same steps with the request their blocks need."""
     wide = _json_in(results.dir, "tpu/vmem_request_three_quarters.json")["records"]
     key = lambda r: (r["generation"], r["critic"], r["variant"], r["batch"])
+    # The wide requests were compiled with the oldest JAX; a source that holds several JAX
+    # versions' records (benchmarks/tpu/versions.py) gives that one's.
     need = {
         key(r): r
         for source in sorted({r["source"] for r in wide})
-        for r in _json_in(results.dir, source)
+        for r in _oldest_jax(_json_in(results.dir, source))
     }
     rows = [
         [
@@ -712,7 +719,11 @@ BLOCKS = {
         ),
     ),
     "toy-tpu": _study_table("tpu.compile", "tpu/tpu_compile.json"),
+    "toy-tpu-versions": _study_table("tpu.compile", "tpu/tpu_compile.json", "versions_summary"),
     "sharded-tpu": _study_table("tpu.sharded_compile", "tpu/tpu_sharded_compile.json"),
+    "sharded-tpu-versions": _study_table(
+        "tpu.sharded_compile", "tpu/tpu_sharded_compile.json", "versions_summary"
+    ),
     "vmem-request": Block(
         vmem_request,
         (

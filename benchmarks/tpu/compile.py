@@ -87,16 +87,7 @@ def render(all_records):
     ]
     rows = []
     for r in records:
-        base = next(
-            (
-                b
-                for b in records
-                if b["generation"] == r["generation"]
-                and b["critic"] == r["critic"]
-                and b["variant"] == "naive"
-            ),
-            None,
-        )
+        base = next((b for b in records if program(b) == (*program(r)[:2], "naive")), None)
         rows.append(
             [
                 r["generation"],
@@ -162,6 +153,11 @@ def table(all_records):
         "copy ops naive / fastgp / -pallas",
     ]
     return markdown_table(head, rows)
+
+
+def versions_summary(all_records):
+    """performance.md's line under the table: which JAX compiled it, what a newer one changed."""
+    return versions.summary(all_records, program, FIGURES)
 
 
 def main(argv=None):

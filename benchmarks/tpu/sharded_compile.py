@@ -236,6 +236,11 @@ def table(all_records):
     return markdown_table(head, rows)
 
 
+def versions_summary(all_records):
+    """performance.md's line under the table: which JAX compiled it, what a newer one changed."""
+    return versions.summary(all_records, program, FIGURES)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     names = ["v5e"] if "--quick" in argv else list(MESHES)

@@ -87,3 +87,31 @@ def differences(
         if missing:
             lines.append(f"Compiled with JAX {version} only: {', '.join(missing)}.")
     return lines
+
+
+def summary(
+    records: Sequence[Record],
+    key: Callable[[Record], tuple],
+    figures: dict[str, Callable[[Record], str]],
+) -> str:
+    """One paragraph for the docs: the toolchain of the tables, and per newer JAX which figures
+    came out equal in every program both compiled and which differ in how many."""
+    base = of_oldest(records)
+    by_key = {key(r): r for r in base}
+    text = [f"Compiled with {label(base[0])}."]
+    for version in dict.fromkeys(r["jax"] for r in records if r["jax"] != base[0]["jax"]):
+        pairs = [(by_key[key(r)], r) for r in records if r["jax"] == version and key(r) in by_key]
+        differ = {
+            name: sum(show(old) != show(new) for old, new in pairs)
+            for name, show in figures.items()
+        }
+        same = [name for name, count in differ.items() if count == 0]
+        changed = [f"{name} in {count}" for name, count in differ.items() if count]
+        newer = next(r for r in records if r["jax"] == version)
+        sentence = f"With {label(newer)}, of the same {len(pairs)} programs:"
+        if same:
+            sentence += f" {', '.join(same)} equal in every one"
+        if changed:
+            sentence += f"{';' if same else ''} differing: {', '.join(changed)}"
+        text.append(sentence + ".")
+    return " ".join(text)

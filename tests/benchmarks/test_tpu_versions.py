@@ -58,3 +58,20 @@ def test_equal_figures_say_so():
     assert versions.differences(records[:1], KEY, FIGURES) == [
         "Compiled with JAX 0.10.2, libtpu lib-0.10.2."
     ]
+
+
+def test_the_summary_counts_the_programs_each_figure_differs_in():
+    records = [
+        record("0.10.2", "a", 1.0, temp=0.0),
+        record("0.10.2", "b", 2.0, temp=0.0),
+        record("0.12.0.1", "a", 1.0, temp=3.0),
+        record("0.12.0.1", "b", 2.0, temp=0.0),
+    ]
+    figures = {**FIGURES, "temp": lambda r: f"{r['temp']:.1f}"}
+    assert versions.summary(records, KEY, figures) == (
+        "Compiled with JAX 0.10.2, libtpu lib-0.10.2. With JAX 0.12.0.1, libtpu lib-0.12.0.1, of "
+        "the same 2 programs: flops equal in every one; differing: temp in 1."
+    )
+    assert versions.summary(records[:2], KEY, figures) == (
+        "Compiled with JAX 0.10.2, libtpu lib-0.10.2."
+    )
