@@ -5,7 +5,9 @@ differ.
     toolchain()                              -> {"jax": ..., "libtpu": ...} of this process
     merged(json_path, records)               -> the file's records of other toolchains, then these
     of_oldest(records)                       -> the records the oldest JAX among them compiled
+    label(record)                            -> "JAX ..., libtpu ..." of the record's toolchain
     differences(records, key, figures)       -> page lines: per newer JAX, each figure that differs
+    summary(records, key, figures)           -> a docs sentence: per newer JAX, what differs where
 
 A results file holds one record per program and toolchain. Pages and docs tables render the
 oldest JAX's records (pyproject.toml's floor, the one CI pins) and say, for every newer JAX that
@@ -16,7 +18,7 @@ of the program and are never compared.
 import importlib.metadata
 import json
 import pathlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -54,6 +56,19 @@ def label(record: Record) -> str:
     return f"JAX {record['jax']}, libtpu {record['libtpu']}"
 
 
+def _newer(
+    records: Sequence[Record], key: Callable[[Record], tuple]
+) -> Iterator[tuple[Record, list[tuple[Record, Record]], list[Record]]]:
+    """Per JAX newer than the oldest: one of its records (for its label), its records paired with
+    the oldest's of the same program as (oldest, newer), and those the oldest did not compile."""
+    by_key = {key(r): r for r in of_oldest(records)}
+    oldest = next(iter(by_key.values()))["jax"]
+    for version in dict.fromkeys(r["jax"] for r in records if r["jax"] != oldest):
+        newer = [r for r in records if r["jax"] == version]
+        pairs = [(by_key[key(r)], r) for r in newer if key(r) in by_key]
+        yield newer[0], pairs, [r for r in newer if key(r) not in by_key]
+
+
 def differences(
     records: Sequence[Record],
     key: Callable[[Record], tuple],
@@ -62,30 +77,26 @@ def differences(
     """Page lines: which toolchain compiled the tables above, then for each newer JAX, every
     program whose ``figures`` (name -> the figure formatted as its table prints it) differ from
     the oldest's, or that none do. Programs only one toolchain compiled are named as such."""
-    base = of_oldest(records)
-    lines = [f"Compiled with {label(base[0])}."]
-    by_key = {key(r): r for r in base}
-    for version in dict.fromkeys(r["jax"] for r in records if r["jax"] != base[0]["jax"]):
-        newer = [r for r in records if r["jax"] == version]
-        rows, missing = [], []
-        for r in newer:
-            old = by_key.get(key(r))
-            if old is None:
-                missing.append(" ".join(map(str, key(r))))
-                continue
-            for name, show in figures.items():
-                if show(old) != show(r):
-                    rows.append([" ".join(map(str, key(r))), name, show(old), show(r)])
-        count = len(newer) - len(missing)
-        programs = f"{count} program{'' if count == 1 else 's'}"
+    base = of_oldest(records)[0]
+    lines = [f"Compiled with {label(base)}."]
+    program = lambda r: " ".join(map(str, key(r)))
+    for newer, pairs, missing in _newer(records, key):
+        rows = [
+            [program(new), name, show(old), show(new)]
+            for old, new in pairs
+            for name, show in figures.items()
+            if show(old) != show(new)
+        ]
+        programs = f"{len(pairs)} program{'' if len(pairs) == 1 else 's'}"
         if rows:
-            lines += ["", f"With {label(newer[0])}, figures of the same {programs} that differ:"]
-            head = ["program", "figure", f"JAX {base[0]['jax']}", f"JAX {version}"]
+            lines += ["", f"With {label(newer)}, figures of the same {programs} that differ:"]
+            head = ["program", "figure", f"JAX {base['jax']}", f"JAX {newer['jax']}"]
             lines += ["", *markdown_table(head, rows)]
         else:
-            lines += ["", f"With {label(newer[0])}: every figure of the same {programs} equal."]
+            lines += ["", f"With {label(newer)}: every figure of the same {programs} equal."]
         if missing:
-            lines.append(f"Compiled with JAX {version} only: {', '.join(missing)}.")
+            only = ", ".join(program(r) for r in missing)
+            lines.append(f"Compiled with JAX {newer['jax']} only: {only}.")
     return lines
 
 
@@ -96,18 +107,14 @@ def summary(
 ) -> str:
     """One paragraph for the docs: the toolchain of the tables, and per newer JAX which figures
     came out equal in every program both compiled and which differ in how many."""
-    base = of_oldest(records)
-    by_key = {key(r): r for r in base}
-    text = [f"Compiled with {label(base[0])}."]
-    for version in dict.fromkeys(r["jax"] for r in records if r["jax"] != base[0]["jax"]):
-        pairs = [(by_key[key(r)], r) for r in records if r["jax"] == version and key(r) in by_key]
+    text = [f"Compiled with {label(of_oldest(records)[0])}."]
+    for newer, pairs, _ in _newer(records, key):
         differ = {
             name: sum(show(old) != show(new) for old, new in pairs)
             for name, show in figures.items()
         }
         same = [name for name, count in differ.items() if count == 0]
         changed = [f"{name} in {count}" for name, count in differ.items() if count]
-        newer = next(r for r in records if r["jax"] == version)
         sentence = f"With {label(newer)}, of the same {len(pairs)} programs:"
         if same:
             sentence += f" {', '.join(same)} equal in every one"
