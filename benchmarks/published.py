@@ -22,6 +22,7 @@ no longer give fails the suite. Sources, per block (:data:`BLOCKS`, paths under 
     attention/jvp_memory.json          a transformer block's JVP memory (recipes.md)
     attention/sequence_memory.json     split tokens' memory per CPU device, ring and gather
     attention/sequence_memory_h8.json  the same with 8 heads, beside the all-to-all
+    attention/sequence_memory_memory_scheduler.json  the same under XLA:CPU's memory scheduler
     attention/sequence_time_h8.json    their times on CPU, 4,096 tokens, shard_map
     attention/sequence_axes.json       the tokens over two axes: all-to-all then ring, per device
     attention/sequence_axes_tpu.json   the same R1 program per v5e chip (compile-only)
@@ -603,6 +604,16 @@ def attention_sequence_memory_headline(results):
     )
 
 
+def attention_sequence_memory_schedulers(results):
+    """performance.md's sentence on XLA:CPU's two schedulers' memory."""
+    from benchmarks.attention import sequence_memory
+
+    return sequence_memory.scheduler_summary(
+        _json_in(results.dir, "attention/sequence_memory.json"),
+        _json_in(results.dir, "attention/sequence_memory_memory_scheduler.json"),
+    )
+
+
 def attention_second_order(results):
     """performance.md's table of the WGAN-GP step before and after the second-order kernels."""
     from benchmarks.attention import second_order
@@ -743,6 +754,21 @@ BLOCKS = {
     "attention-jvp-memory": _study_table("attention.jvp_memory", "attention/jvp_memory.json"),
     "attention-sequence-memory": _study_table(
         "attention.sequence_memory", "attention/sequence_memory.json"
+    ),
+    "attention-sequence-memory-floors": _study_table(
+        "attention.sequence_memory", "attention/sequence_memory.json", "floor_summary"
+    ),
+    "attention-sequence-memory-scheduler": _study_table(
+        "attention.sequence_memory", "attention/sequence_memory_memory_scheduler.json"
+    ),
+    "attention-sequence-memory-scheduler-floors": _study_table(
+        "attention.sequence_memory",
+        "attention/sequence_memory_memory_scheduler.json",
+        "floor_summary",
+    ),
+    "attention-sequence-memory-schedulers": Block(
+        attention_sequence_memory_schedulers,
+        ("attention/sequence_memory.json", "attention/sequence_memory_memory_scheduler.json"),
     ),
     "exactness-recipe-runs": _study_table("exactness.recipe_run", "exactness/recipe_runs.json"),
     "exactness-declared": Block(exactness_declared, ("exactness/declared_vit.json",)),

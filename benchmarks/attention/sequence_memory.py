@@ -1,9 +1,9 @@
 """Sequence-parallel attention's memory per device: the ring, the all-to-all and the all-gather.
 
     python -m benchmarks.attention.sequence_memory [--tokens 4096 16384] [--shards 2 4 8]
-        [--repeats 3] [--heads 2] [--modes shard_map explicit "auto jit"]
+        [--repeats 3] [--heads 2] [--modes shard_map explicit "auto jit"] [--scheduler memory]
     -> benchmarks/results/attention/sequence_memory.{json,md}   (--heads 8: sequence_memory_h8;
-       --out: a path of its own)
+       --scheduler memory: sequence_memory_memory_scheduler; --out: a path of its own)
     python -m benchmarks.attention.sequence_memory --topology v5e:4x4 [--tokens 65536 262144]
         [--shards 1 4 8 16]
     -> benchmarks/results/attention/sequence_memory_tpu.{json,md}
@@ -20,6 +20,12 @@ compiled program's temporaries per device (XLA's memory analysis) over one devic
 1/n; the collectives in each program; and the fastest of ``--repeats`` runs of each on this
 machine's simulated devices (all on the same cores, so the times compare the schemes with each
 other, not with one device; 0: compile only).
+
+Each (T, program, n) also gets the ring's floor: what a ring step runs, the one-device program
+compiled at T / n tokens, plus the state the ring keeps beside it (``RING_STATE``), over one
+device's temporaries. XLA:CPU schedules for concurrency by default; ``--scheduler memory``
+compiles with its memory-minimising scheduler instead
+(``--xla_cpu_enable_concurrency_optimized_scheduler=false``, probed first), the floors included.
 
 With ``--topology``, the R1 program in bfloat16 with ``backend="pallas"`` (the Mosaic kernels in
 every ring step) is compiled for the chips of a TPU slice through libtpu's compile-only client,
@@ -47,7 +53,7 @@ from jax.sharding import PartitionSpec as P
 
 import benchmarks
 import fastgp
-from benchmarks import harness, records
+from benchmarks import harness, records, xla_flags
 from benchmarks.tables import markdown_table
 from fastgp import measure as cf
 from fastgp.options import SEQUENCE_SCHEMES as SCHEMES
@@ -58,6 +64,16 @@ OUT_TPU = benchmarks.RESULTS / "attention" / "sequence_memory_tpu"
 BATCH, HEADS, HEAD_DIM = 2, 2, 64
 HEADS_TPU = 4  # the long ViT critic's
 MODES = ("shard_map", "explicit", "auto jit")
+SCHEDULERS = {
+    "concurrency": (),
+    "memory": ("--xla_cpu_enable_concurrency_optimized_scheduler=false",),
+}
+# Arrays the size of a device's q that the ring holds beside its step's one-device pass, for the
+# program's largest pass: the key-side arguments it holds and the ones in flight (2 each), the
+# key-side sums arriving with their block (1 each), its query-side sums (1 each). The gradient's
+# VJP: k, v (x 2), g_k, g_v, g_q = 7; R1's second-order VJP (the largest of its forward, tangent,
+# VJP and second VJP): k, v, dk, dv (x 2), the k and v parts of its result, its q and o parts = 12.
+RING_STATE = {"gradient": 7, "reverse-over-forward": 12}
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
 
 
@@ -139,6 +155,23 @@ def one_device(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return fastgp.attention(q, k, v, backend="xla")
 
 
+def floors(tokens: int, shards: list[int], heads: int = HEADS) -> list[dict[str, Any]]:
+    """Per program and n: the ring's floor over one device's temporaries (see the module), with
+    what it adds up: the one-device program at tokens / n (``step``) and ``RING_STATE`` arrays
+    the size of a device's q (``state``), in bytes."""
+    whole = attention_inputs(tokens, heads)
+    q_bytes = whole[0].size * whole[0].dtype.itemsize
+    rows = []
+    for name, program in programs(one_device).items():
+        base = measure(program, *whole, repeats=0)["temp"]
+        for n in shards:
+            step = measure(program, *attention_inputs(tokens // n, heads), repeats=0)["temp"]
+            state = RING_STATE[name] * q_bytes // n
+            row = {"tokens": tokens, "program": name, "shards": n, "step": step, "state": state}
+            rows.append(row | {"floor": (step + state) / base})
+    return rows
+
+
 def run(
     tokens: int,
     shards: list[int],
@@ -190,12 +223,15 @@ def table(result: dict[str, Any]) -> list[str]:
     keys = sorted({key[:3] for key in ratios})
     splits = [(s, m) for s in SCHEMES for m in MODES if any(key[3:] == (m, s) for key in ratios)]
     cell = lambda key: "" if key not in ratios else f"{ratios[key]:.3f}"  # the scheme's not here
+    floor = {(r["tokens"], r["program"], r["shards"]): r["floor"] for r in result.get("floors", [])}
     cells = [
         [f"{t:,}", program, n, f"{1 / n:.3f}"]
+        + ([f"{floor[(t, program, n)]:.3f}"] if floor else [])
         + [cell((t, program, n, mode, scheme)) for scheme, mode in splits]
         for t, program, n in keys
     ]
-    head = ["T", "program", "n", "1 / n"] + [f"{scheme} ({mode})" for scheme, mode in splits]
+    head = ["T", "program", "n", "1 / n"] + (["ring floor"] if floor else [])
+    head += [f"{scheme} ({mode})" for scheme, mode in splits]
     if all("seconds" in r for r in result["rows"]):  # records before the clock have none
         others = [s for s, m in splits if m == "shard_map" and s != "ring"]
         head += [f"{s} s / ring s (shard_map)" for s in others]
@@ -205,6 +241,52 @@ def table(result: dict[str, Any]) -> list[str]:
                 other = seconds.get((t, program, n, "shard_map", s))
                 row.append("" if other is None else f"{other / ring:.2f}")
     return markdown_table(head, cells)
+
+
+def floor_summary(result: dict[str, Any], margin: float = 0.15) -> str:
+    """docs/performance.md's sentence: how many of the ring's cells (every T, program, n and
+    mode) hold at most ``1 + margin`` times their floor, and the others, each over its floor."""
+    floor = {(r["tokens"], r["program"], r["shards"]): r["floor"] for r in result["floors"]}
+    over: dict[tuple, list[float]] = {}
+    for key, ratio in _ratios(result).items():
+        if key[4] == "ring":
+            over.setdefault(key[:3], []).append(ratio / floor[key[:3]])
+    cells = [x for xs in over.values() for x in xs]
+    span = lambda xs: (
+        f"{min(xs):.2f}x"
+        if f"{min(xs):.2f}" == f"{max(xs):.2f}"
+        else (f"{min(xs):.2f}-{max(xs):.2f}x")
+    )
+    misses = [
+        f"{t:,} tokens, {program}, n = {n}: {span(xs)}"
+        for (t, program, n), xs in sorted(over.items())
+        if max(xs) > 1 + margin
+    ]
+    held = sum(x <= 1 + margin for x in cells)
+    head = f"{held} of {len(cells)} ring cells within {margin * 100:.0f} % of their floor"
+    return head + ("" if not misses else "; over it: " + "; ".join(misses))
+
+
+def scheduler_summary(default: dict[str, Any], memory: dict[str, Any]) -> str:
+    """docs/performance.md's sentence: per program, one device's temporaries and the ring's per
+    device (every T, n and mode) under the memory scheduler over those under the default."""
+
+    def temps(result: dict[str, Any], shards: int) -> dict[tuple, int]:
+        return {
+            (r["tokens"], r["program"], r["shards"], r.get("mode"), r.get("scheme")): r["temp"]
+            for r in result["rows"]
+            if (r["shards"] == 1) == (shards == 1) and r.get("scheme") in (None, "ring")
+        }
+
+    parts = []
+    for program in programs(one_device):
+        spans = []
+        for shards in (1, 2):
+            old, new = temps(default, shards), temps(memory, shards)
+            ratios = [new[k] / v for k, v in old.items() if k[1] == program and k in new]
+            spans.append(f"{min(ratios):.2f}-{max(ratios):.2f}x")
+        parts.append(f"{program}: one device {spans[0]}, the ring {spans[1]}")
+    return "; ".join(parts)
 
 
 def _largest(ratios: dict[tuple, float]) -> tuple[int, int]:
@@ -368,6 +450,16 @@ def tpu_markdown(result: dict[str, Any]) -> str:
     )
 
 
+def _schedule(scheduler: str) -> None:
+    """XLA:CPU's flags for ``scheduler``, set before JAX's backend starts; ValueError where this
+    XLA lacks one."""
+    wanted = SCHEDULERS[scheduler]
+    missing = [flag for flag in wanted if flag not in xla_flags.known(wanted)]
+    if missing:
+        raise ValueError(f"this jaxlib's XLA has no {missing}: --scheduler {scheduler} cannot run")
+    os.environ["XLA_FLAGS"] = " ".join((os.environ["XLA_FLAGS"], *wanted))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = harness.parser(__doc__)
     parser.add_argument("--tokens", type=int, nargs="+")
@@ -379,7 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=HEADS, help="heads of the CPU programs")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--out", type=pathlib.Path, help="the results' path, without suffix")
+    parser.add_argument(
+        "--scheduler", choices=tuple(SCHEDULERS), default="concurrency", help="XLA:CPU's scheduler"
+    )
     args = parser.parse_args(argv)
+    _schedule(args.scheduler)
     invocation = sys.argv[1:] if argv is None else list(argv)
     if args.topology:
         tokens, shards = args.tokens or [65536, 262144], args.shards or [1, 4, 8, 16]
@@ -390,8 +486,12 @@ def main(argv: list[str] | None = None) -> int:
     tokens, shards = args.tokens or [4096, 16384], args.shards or [2, 4, 8]
     modes = tuple(args.modes)
     rows = [row for t in tokens for row in run(t, shards, args.repeats, args.heads, modes)]
-    result = {"argv": invocation, "heads": args.heads, **records.provenance(), "rows": rows}
+    result = {"argv": invocation, "heads": args.heads, "scheduler": args.scheduler}
+    result |= {**records.provenance(), "rows": rows}
+    result["floors"] = [row for t in tokens for row in floors(t, shards, args.heads)]
     out = OUT if args.heads == HEADS else OUT.with_name(f"{OUT.name}_h{args.heads}")
+    if args.scheduler != "concurrency":
+        out = out.with_name(f"{out.name}_{args.scheduler}_scheduler")
     out = args.out or out
     records.write(out, result, markdown)
     return 0

@@ -1,0 +1,67 @@
+"""``benchmarks.attention.sequence_memory``: the ring's floor beside each cell, and the XLA:CPU
+scheduler a run compiles with."""
+
+import jax
+import pytest
+
+from benchmarks import xla_flags
+from benchmarks.attention import sequence_memory as sm
+
+
+def _temp(compiled) -> int:
+    analysis = compiled.memory_analysis()
+    assert analysis is not None
+    return analysis.temp_size_in_bytes
+
+
+def test_the_floor_is_the_step_at_t_over_n_plus_the_ring_state():
+    """Each floor adds the one-device program compiled at T / n tokens (compiled here again,
+    apart) and RING_STATE arrays the size of a device's q, over one device's whole program."""
+    tokens, shards = 512, [2, 4]
+    rows = sm.floors(tokens, shards)
+    assert [(r["program"], r["shards"]) for r in rows] == [
+        (p, n) for p in ("gradient", "reverse-over-forward") for n in shards
+    ]
+    q_bytes = sm.BATCH * tokens * sm.HEADS * sm.HEAD_DIM * 4
+    for r in rows:
+        program = sm.programs(sm.one_device)[r["program"]]
+        whole = sm.attention_inputs(tokens, sm.HEADS)
+        part = sm.attention_inputs(tokens // r["shards"], sm.HEADS)
+        base, step = (_temp(jax.jit(program).lower(*x).compile()) for x in (whole, part))
+        assert r["step"] == step < base
+        assert r["state"] == sm.RING_STATE[r["program"]] * q_bytes // r["shards"]
+        assert r["floor"] == pytest.approx((step + r["state"]) / base)
+    by = {(r["program"], r["shards"]): r["floor"] for r in rows}
+    assert by[("gradient", 4)] < by[("gradient", 2)] < 1
+    assert by[("reverse-over-forward", 4)] < by[("reverse-over-forward", 2)]
+
+
+def _result(with_floors: bool) -> dict:
+    rows = [
+        {"tokens": 4096, "program": "gradient", "shards": 1, "temp": 100},
+        {"tokens": 4096, "program": "gradient", "shards": 4, "mode": "shard_map"}
+        | {"scheme": "ring", "temp": 40, "of_one": 0.4, "collectives": {}},
+    ]
+    floors = [{"tokens": 4096, "program": "gradient", "shards": 4, "floor": 0.375}]
+    return {"rows": rows} | ({"floors": floors} if with_floors else {})
+
+
+def test_the_table_sets_each_cell_beside_its_floor():
+    head, _, row = sm.table(_result(True))
+    assert head.split(" | ")[4] == "ring floor" and row.split(" | ")[4:6] == ["0.375", "0.400 |"]
+    head, _, row = sm.table(_result(False))  # records before the floors: rendered as they were
+    assert "ring floor" not in head and row.split(" | ")[4] == "0.400 |"
+
+
+def test_the_memory_scheduler_is_probed_and_refused_where_xla_lacks_it(monkeypatch):
+    flag = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    monkeypatch.setattr(xla_flags, "known", lambda flags: tuple(flags))
+    sm._schedule("concurrency")
+    assert flag not in sm.os.environ["XLA_FLAGS"]
+    sm._schedule("memory")
+    assert sm.os.environ["XLA_FLAGS"].split()[-1] == flag
+    monkeypatch.setattr(xla_flags, "known", lambda flags: ())
+    missing = r"no .*concurrency_optimized_scheduler.*--scheduler memory"
+    with pytest.raises(ValueError, match=missing):
+        sm._schedule("memory")
