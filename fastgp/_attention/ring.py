@@ -30,6 +30,7 @@ Causal masking, with the block from device ``src`` = i - s (mod n) at step s on 
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -115,10 +116,6 @@ class _Step:
             for r in self.block_impl(config)(*args)
         ]
 
-    def own(self, args: Sequence[jax.Array]) -> list[jax.Array]:
-        """Step 0: the device's own block, causal among its own tokens when causal."""
-        return self._run(args, self.config.causal)
-
     def visible_or_hidden(self, args: Sequence[jax.Array], visible: Any) -> list[jax.Array]:
         """A contiguous layout's later step: the whole block, its keys hidden unless visible."""
         args = list(args)
@@ -146,52 +143,69 @@ class _Step:
 
         return lax.cond(first_chunk, keys_first_chunk, last_queries, *args)
 
-    def later(self, args: Sequence[jax.Array], step: int, index: Any) -> list[jax.Array]:
-        """Step ``step`` > 0 on device ``index``, holding the block of device index - step."""
+    def at(self, args: Sequence[jax.Array], step: Any, index: Any) -> list[jax.Array]:
+        """Step ``step`` (traced) on device ``index``, holding the block of device index - step:
+        without causal masking one call of the pass, whatever the step; with it, step 0 (the
+        device's own block) causal among its own tokens, a later step by the layout."""
         if not self.config.causal:
             return self._run(args, False)
+        return lax.cond(step == 0, self._own, functools.partial(self._later, step, index), *args)
+
+    def _own(self, *args: jax.Array) -> list[jax.Array]:
+        return self._run(args, True)
+
+    def _later(self, step: Any, index: Any, *args: jax.Array) -> list[jax.Array]:
         earlier = step <= index  # the block's source precedes this device, without wrapping
         if self.config.ring.layout == "zigzag":
             return self.first_chunk_or_last_queries(args, earlier)
         return self.visible_or_hidden(args, earlier)
 
 
-def _is_own(step: Any) -> bool:
-    """Whether ``step`` (a Python int, or traced inside the loop) is step 0: the own block."""
-    return isinstance(step, int) and step == 0
-
-
 def _rows_seeing_keys(config: Any, mask: jax.Array, step: Any, index: Any, tq: int) -> jax.Array:
-    """(B, Tq) bool: the local queries with a visible key in the block held at ``step`` (the
-    Python int 0 for the device's own block, else traced)."""
+    """(B, Tq) bool: the local queries with a visible key in the block held at ``step``
+    (traced; 0 is the device's own block)."""
     ring = config.ring
     any_key = jnp.any(mask.astype(bool), axis=1, keepdims=True)
     if not config.causal:
         return jnp.broadcast_to(any_key, (mask.shape[0], tq))
-    if _is_own(step):
-        return (jnp.cumsum(mask.astype(jnp.int32), axis=1) > 0)[:, :tq]
+    own = (jnp.cumsum(mask.astype(jnp.int32), axis=1) > 0)[:, :tq]
     earlier = step <= index
     if ring.layout == "zigzag":
         first = jnp.any(mask[:, : ring.chunk].astype(bool), axis=1, keepdims=True)
         rows = jnp.arange(tq) >= ring.chunk
-        return jnp.where(earlier, first, any_key & rows[None])
-    return jnp.broadcast_to(any_key & earlier, (mask.shape[0], tq))
+        later = jnp.where(earlier, first, any_key & rows[None])
+    else:
+        later = jnp.broadcast_to(any_key & earlier, (mask.shape[0], tq))
+    return jnp.where(step == 0, own, later)
+
+
+def _varying_like(witness: jax.Array, xs: Any) -> Any:
+    """``xs`` (a pytree of arrays) varying over the mesh axes ``witness`` varies over, as the
+    ring's hops make its carry: a loop's carry keeps one type (zeros of ``witness``'s first
+    entry added, or'ed into booleans)."""
+    zero = jnp.zeros_like(witness.reshape(-1)[:1])
+
+    def vary(x: jax.Array) -> jax.Array:
+        z = zero.astype(x.dtype).reshape((1,) * x.ndim)
+        return jnp.logical_or(x, z) if x.dtype == jnp.bool_ else x + z
+
+    return jax.tree.map(vary, xs)
 
 
 def _circle(ring: Ring, own: list[jax.Array], state: Any, visit: Callable[..., Any]) -> Any:
-    """Steps 1 to n - 1 after step 0's ``state``: each passes the block it holds on to the next
-    device while ``visit(step, block, state) -> state`` works on it, in a loop (so that, beside
-    its own, a device holds two blocks at a time whatever n is)."""
-    if ring.size == 1:
-        return state
-    held = _send(own, ring)
-    if ring.size == 2:  # one later step, no loop
-        return visit(1, held, state)
+    """Steps 0 to n - 1 from ``state`` (``own`` the device's block, both varying over the
+    ring's axes as the hops make them): each passes the block it holds on to the next device
+    while ``visit(step, block, state) -> state`` works on it, at n = 2 in turn, beyond in one
+    loop (so that, beside its own, a device holds two blocks at a time whatever n is)."""
 
-    # the last step inside the loop too, though the hop it starts is spent: with one call site of
-    # the pass XLA keeps no buffers of a peeled last step (its inputs' copies into block order,
-    # its zero sums) alive across the loop. A while_loop, not fori_loop's scan, whose unrolled
-    # steps XLA inlines slowly inside a custom partitioning (Auto jax.jit)
+    # Every step inside the loop, the own block's and the last's (whose hop is spent): with one
+    # call site of the pass XLA keeps no buffers of a peeled step (its score tiles, its inputs'
+    # copies into block order, its zero sums) alive across the loop. A while_loop, not
+    # fori_loop's scan, whose unrolled steps XLA inlines slowly inside a custom partitioning
+    # (Auto jax.jit)
+    if ring.size == 2:  # two steps, no loop
+        return visit(1, _send(own, ring), visit(0, own, state))
+
     def step(carry: Any) -> Any:
         i, held, state = carry
         return i + 1, _send(held, ring), visit(i, held, state)
@@ -199,7 +213,7 @@ def _circle(ring: Ring, own: list[jax.Array], state: Any, visit: Callable[..., A
     def cond(carry: Any) -> Any:
         return carry[0] < ring.size
 
-    _, _, state = lax.while_loop(cond, step, (jnp.int32(1), held, state))
+    _, _, state = lax.while_loop(cond, step, (jnp.int32(0), own, state))
     return state
 
 
@@ -218,8 +232,7 @@ def forward(
 
     def visit(step: Any, keys: list[jax.Array], state: Any) -> Any:
         o_acc, lse_acc = state
-        args = [q, *keys]
-        o, lse = step_fn.own(args) if _is_own(step) else step_fn.later(args, step, index)
+        o, lse = step_fn.at([q, *keys], step, index)
         seen = _rows_seeing_keys(config, keys[2], step, index, q.shape[2])[:, None, :]
         lse = jnp.where(seen, lse, -jnp.inf)
         new = jnp.logaddexp(lse_acc, lse)
@@ -232,8 +245,8 @@ def forward(
         jnp.zeros((*q.shape[:3], v.shape[3]), F32),
         jnp.full(q.shape[:3], -jnp.inf, F32),
     )
-    own = [k, v, mask]
-    o_acc, lse_acc = _circle(config.ring, own, visit(0, own, start), visit)
+    own, start = _varying_like(q, ([k, v, mask], start))
+    o_acc, lse_acc = _circle(config.ring, own, start, visit)
     return o_acc.astype(q.dtype), jnp.where(jnp.isfinite(lse_acc), lse_acc, 0.0)
 
 
@@ -255,21 +268,22 @@ def linear(
 
     def visit(step: Any, keys: list[jax.Array], state: Any) -> Any:
         held = dict(zip(travelling, keys, strict=True))
-        step_args = [held.get(i, x) for i, x in enumerate(args)]
-        own = _is_own(step)
-        out = step_fn.own(step_args) if own else step_fn.later(step_args, step, index)
+        out = step_fn.at([held.get(i, x) for i, x in enumerate(args)], step, index)
+        query_sums, key_sums = state
         on_queries = [r for i, r in enumerate(out) if i not in key_results]
         on_keys = [r for i, r in enumerate(out) if i in key_results]
-        if state is None:
-            return on_queries, on_keys
-        query_sums, key_sums = state
-        # the sums of the block held a step ago, moved on with it to this device
-        key_sums = _send(key_sums, ring)
-        return _add(query_sums, on_queries), _add(key_sums, on_keys)
+        # the held block's sums move on with it; the last step's hop takes them home
+        return _add(query_sums, on_queries), _send(_add(key_sums, on_keys), ring)
 
     keys = [args[i] for i in travelling]
-    query_sums, key_sums = _circle(ring, keys, visit(0, keys, None), visit)
-    key_sums = _send(key_sums, ring)  # home: each block's sums to the device it came from
+    sums = jax.eval_shape(lambda *a: step_fn.at(list(a), 0, 0), *args)
+    zeros = [jnp.zeros(r.shape, r.dtype) for r in sums]
+    start = (
+        [z for i, z in enumerate(zeros) if i not in key_results],
+        [z for i, z in enumerate(zeros) if i in key_results],
+    )
+    keys, start = _varying_like(args[0], (keys, start))
+    query_sums, key_sums = _circle(ring, keys, start, visit)
     by_query, by_key = iter(query_sums), iter(key_sums)
     results = [next(by_key) if i in key_results else next(by_query) for i in range(len(out_dtypes))]
     return tuple(r.astype(dtype) for r, dtype in zip(results, out_dtypes, strict=True))
