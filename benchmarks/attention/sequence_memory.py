@@ -243,6 +243,12 @@ def table(result: dict[str, Any]) -> list[str]:
     return markdown_table(head, cells)
 
 
+def _span(values: list[float]) -> str:
+    """ "0.80x", or "0.80-0.95x": the values' range, to two decimals."""
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return f"{low}x" if low == high else f"{low}-{high}x"
+
+
 def floor_summary(result: dict[str, Any], margin: float = 0.15) -> str:
     """docs/performance.md's sentence: how many of the ring's cells (every T, program, n and
     mode) hold at most ``1 + margin`` times their floor, and the others, each over its floor."""
@@ -252,13 +258,8 @@ def floor_summary(result: dict[str, Any], margin: float = 0.15) -> str:
         if key[4] == "ring":
             over.setdefault(key[:3], []).append(ratio / floor[key[:3]])
     cells = [x for xs in over.values() for x in xs]
-    span = lambda xs: (
-        f"{min(xs):.2f}x"
-        if f"{min(xs):.2f}" == f"{max(xs):.2f}"
-        else (f"{min(xs):.2f}-{max(xs):.2f}x")
-    )
     misses = [
-        f"{t:,} tokens, {program}, n = {n}: {span(xs)}"
+        f"{t:,} tokens, {program}, n = {n}: {_span(xs)}"
         for (t, program, n), xs in sorted(over.items())
         if max(xs) > 1 + margin
     ]
@@ -283,8 +284,9 @@ def scheduler_summary(default: dict[str, Any], memory: dict[str, Any]) -> str:
         spans = []
         for shards in (1, 2):
             old, new = temps(default, shards), temps(memory, shards)
-            ratios = [new[k] / v for k, v in old.items() if k[1] == program and k in new]
-            spans.append(f"{min(ratios):.2f}-{max(ratios):.2f}x")
+            spans.append(
+                _span([new[k] / v for k, v in old.items() if k[1] == program and k in new])
+            )
         parts.append(f"{program}: one device {spans[0]}, the ring {spans[1]}")
     return "; ".join(parts)
 
@@ -302,13 +304,13 @@ def headline(result: dict[str, Any], heads_result: dict[str, Any]) -> str:
     def span(result: dict[str, Any], scheme: str) -> str:
         ratios = _ratios(result)
         t, n = _largest(ratios)
-        values = [
-            v
-            for k, v in ratios.items()
-            if k[0] == t and k[2] == n and k[3] == "shard_map" and k[4] == scheme
-        ]
-        low, high = f"{min(values):.2f}", f"{max(values):.2f}"
-        return f"{low}x" if low == high else f"{low}-{high}x"
+        return _span(
+            [
+                v
+                for k, v in ratios.items()
+                if k[0] == t and k[2] == n and k[3] == "shard_map" and k[4] == scheme
+            ]
+        )
 
     t, n = _largest(_ratios(result))
     return (

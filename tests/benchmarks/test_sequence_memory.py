@@ -65,3 +65,54 @@ def test_the_memory_scheduler_is_probed_and_refused_where_xla_lacks_it(monkeypat
     missing = r"no .*concurrency_optimized_scheduler.*--scheduler memory"
     with pytest.raises(ValueError, match=missing):
         sm._schedule("memory")
+
+
+def _ring_result(cells: dict, floors: dict, one: dict) -> dict:
+    """A result with one device's temporaries ``one`` {(T, program): bytes}, the ring's cells
+    {(T, program, n, mode): temp} and floors {(T, program, n): floor}."""
+    rows = [{"tokens": t, "program": p, "shards": 1, "temp": temp} for (t, p), temp in one.items()]
+    for (t, p, n, mode), temp in cells.items():
+        rows.append(
+            {"tokens": t, "program": p, "shards": n, "mode": mode, "scheme": "ring"}
+            | {"temp": temp, "of_one": temp / one[(t, p)], "collectives": {}}
+        )
+    floor_rows = [
+        {"tokens": t, "program": p, "shards": n, "floor": f} for (t, p, n), f in floors.items()
+    ]
+    return {"rows": rows, "floors": floor_rows}
+
+
+def test_the_floor_summary_counts_cells_within_the_margin_and_names_the_others():
+    one = {(4096, "gradient"): 100}
+    floors = {(4096, "gradient", 4): 0.5, (4096, "gradient", 8): 0.25}
+    cells = {(4096, "gradient", 4, "shard_map"): 57, (4096, "gradient", 4, "explicit"): 58}
+    cells |= {(4096, "gradient", 8, "shard_map"): 30, (4096, "gradient", 8, "explicit"): 20}
+    summary = sm.floor_summary(_ring_result(cells, floors, one))
+    # 57 / 50 = 1.14 holds, 58 / 50 = 1.16 does not; 30 / 25 = 1.20 does not, 20 / 25 holds
+    assert summary == (
+        "2 of 4 ring cells within 15 % of their floor; over it: "
+        "4,096 tokens, gradient, n = 4: 1.14-1.16x; 4,096 tokens, gradient, n = 8: 0.80-1.20x"
+    )
+    held = {k: 0.9 * v for k, v in floors.items()}
+    within = _ring_result({(4096, "gradient", 4, "shard_map"): 40}, held, one)
+    assert sm.floor_summary(within) == "1 of 1 ring cells within 15 % of their floor"
+
+
+def test_the_scheduler_summary_sets_each_program_s_memory_against_the_default():
+    default = _ring_result(
+        {(4096, p, 4, "shard_map"): 50 for p in ("gradient", "reverse-over-forward")},
+        {},
+        {(4096, "gradient"): 100, (4096, "reverse-over-forward"): 200},
+    )
+    memory = _ring_result(
+        {
+            (4096, "gradient", 4, "shard_map"): 40,
+            (4096, "reverse-over-forward", 4, "shard_map"): 25,
+        },
+        {},
+        {(4096, "gradient"): 90, (4096, "reverse-over-forward"): 160},
+    )
+    assert sm.scheduler_summary(default, memory) == (
+        "gradient: one device 0.90x, the ring 0.80x; "
+        "reverse-over-forward: one device 0.80x, the ring 0.50x"
+    )
