@@ -361,9 +361,27 @@ def markdown(result: dict[str, Any]) -> str:
         "float32, backend "
         "xla, not causal. `/ one device`: the program's temporaries per device over those of one "
         "device holding every token; `x n`: that ratio times n (1.00 is a perfect 1/n).",
-        markdown_table(head, table),
+        markdown_table(head, table) + _floor_lines(result),
         result,
     )
+
+
+def _floor_lines(result: dict[str, Any]) -> list[str]:
+    """The page's table of the ring's floors (none for records before them)."""
+    if not result.get("floors"):
+        return []
+    head = ["T", "program", "n", "step MiB (one device at T / n)", "state MiB", "floor"]
+    cells = [
+        [f"{r['tokens']:,}", r["program"], r["shards"], f"{r['step'] / 2**20:.1f}"]
+        + [f"{r['state'] / 2**20:.1f}", f"{r['floor']:.3f}"]
+        for r in result["floors"]
+    ]
+    scheduler = result.get("scheduler", "concurrency")
+    note = (
+        "The ring's floor over one device's temporaries: the step's one-device program plus "
+        f"`RING_STATE` arrays the size of a device's q (XLA:CPU's {scheduler} scheduler):"
+    )
+    return ["", note, "", *markdown_table(head, cells)]
 
 
 def tpu_compiled(

@@ -116,3 +116,18 @@ def test_the_scheduler_summary_sets_each_program_s_memory_against_the_default():
         "gradient: one device 0.90x, the ring 0.80x; "
         "reverse-over-forward: one device 0.80x, the ring 0.50x"
     )
+
+
+def test_the_page_lists_each_floor_with_what_it_adds_up():
+    result = _ring_result(
+        {(4096, "gradient", 4, "shard_map"): 50}, {}, {(4096, "gradient"): 100 * 2**20}
+    )
+    result |= {"argv": [], "machine": "m", "commit": "c"}
+    assert "floor" not in sm.markdown(result)  # records before the floors
+    result["floors"] = [
+        {"tokens": 4096, "program": "gradient", "shards": 4}
+        | {"step": 30 * 2**20, "state": 7 * 2**20, "floor": 0.37}
+    ]
+    page = sm.markdown(result)
+    assert "| 4,096 | gradient | 4 | 30.0 | 7.0 | 0.370 |" in page
+    assert "concurrency scheduler" in page
