@@ -155,15 +155,18 @@ def one_device(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return fastgp.attention(q, k, v, backend="xla")
 
 
-def floors(tokens: int, shards: list[int], heads: int = HEADS) -> list[dict[str, Any]]:
-    """Per program and n: the ring's floor over one device's temporaries (see the module), with
-    what it adds up: the one-device program at tokens / n (``step``) and ``RING_STATE`` arrays
-    the size of a device's q (``state``), in bytes."""
-    whole = attention_inputs(tokens, heads)
-    q_bytes = whole[0].size * whole[0].dtype.itemsize
+def floors(
+    tokens: int, shards: list[int], one: dict[tuple[int, str], int], heads: int = HEADS
+) -> list[dict[str, Any]]:
+    """Per program and n: the ring's floor over one device's temporaries (``one``: {(T,
+    program): bytes}, :func:`run`'s one-device rows; see the module), with what it adds up: the
+    one-device program at tokens / n (``step``) and ``RING_STATE`` arrays the size of a
+    device's q (``state``), in bytes."""
+    q = attention_inputs(tokens, heads)[0]
+    q_bytes = q.size * q.dtype.itemsize
     rows = []
     for name, program in programs(one_device).items():
-        base = measure(program, *whole, repeats=0)["temp"]
+        base = one[(tokens, name)]
         for n in shards:
             step = measure(program, *attention_inputs(tokens // n, heads), repeats=0)["temp"]
             state = RING_STATE[name] * q_bytes // n
@@ -272,18 +275,19 @@ def scheduler_summary(default: dict[str, Any], memory: dict[str, Any]) -> str:
     """docs/performance.md's sentence: per program, one device's temporaries and the ring's per
     device (every T, n and mode) under the memory scheduler over those under the default."""
 
-    def temps(result: dict[str, Any], shards: int) -> dict[tuple, int]:
+    def temps(result: dict[str, Any], ring: bool) -> dict[tuple, int]:
+        """{row's key: temporaries}: the ring's rows, or one device's."""
         return {
             (r["tokens"], r["program"], r["shards"], r.get("mode"), r.get("scheme")): r["temp"]
             for r in result["rows"]
-            if (r["shards"] == 1) == (shards == 1) and r.get("scheme") in (None, "ring")
+            if (r["shards"] > 1) == ring and r.get("scheme") in (None, "ring")
         }
 
     parts = []
     for program in programs(one_device):
         spans = []
-        for shards in (1, 2):
-            old, new = temps(default, shards), temps(memory, shards)
+        for ring in (False, True):
+            old, new = temps(default, ring), temps(memory, ring)
             spans.append(
                 _span([new[k] / v for k, v in old.items() if k[1] == program and k in new])
             )
@@ -508,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for t in tokens for row in run(t, shards, args.repeats, args.heads, modes)]
     result = {"argv": invocation, "heads": args.heads, "scheduler": args.scheduler}
     result |= {**records.provenance(), "rows": rows}
-    result["floors"] = [row for t in tokens for row in floors(t, shards, args.heads)]
+    one = {(r["tokens"], r["program"]): r["temp"] for r in rows if r["shards"] == 1}
+    result["floors"] = [row for t in tokens for row in floors(t, shards, one, args.heads)]
     out = OUT if args.heads == HEADS else OUT.with_name(f"{OUT.name}_h{args.heads}")
     if args.scheduler != "concurrency":
         out = out.with_name(f"{out.name}_{args.scheduler}_scheduler")

@@ -16,18 +16,23 @@ def _temp(compiled) -> int:
 
 def test_the_floor_is_the_step_at_t_over_n_plus_the_ring_state():
     """Each floor adds the one-device program compiled at T / n tokens (compiled here again,
-    apart) and RING_STATE arrays the size of a device's q, over one device's whole program."""
+    apart) and RING_STATE arrays the size of a device's q, over the whole program's temporaries
+    it is given."""
     tokens, shards = 512, [2, 4]
-    rows = sm.floors(tokens, shards)
+    whole = sm.attention_inputs(tokens, sm.HEADS)
+    one = {
+        (tokens, name): _temp(jax.jit(program).lower(*whole).compile())
+        for name, program in sm.programs(sm.one_device).items()
+    }
+    rows = sm.floors(tokens, shards, one)
     assert [(r["program"], r["shards"]) for r in rows] == [
         (p, n) for p in ("gradient", "reverse-over-forward") for n in shards
     ]
     q_bytes = sm.BATCH * tokens * sm.HEADS * sm.HEAD_DIM * 4
     for r in rows:
         program = sm.programs(sm.one_device)[r["program"]]
-        whole = sm.attention_inputs(tokens, sm.HEADS)
         part = sm.attention_inputs(tokens // r["shards"], sm.HEADS)
-        base, step = (_temp(jax.jit(program).lower(*x).compile()) for x in (whole, part))
+        base, step = one[(tokens, r["program"])], _temp(jax.jit(program).lower(*part).compile())
         assert r["step"] == step < base
         assert r["state"] == sm.RING_STATE[r["program"]] * q_bytes // r["shards"]
         assert r["floor"] == pytest.approx((step + r["state"]) / base)
