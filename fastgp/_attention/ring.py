@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fastgp._attention.permute import permute
+from fastgp._attention.sharding import varying_alike
 from fastgp._sharding import collective_axis
 
 Layout = Literal["contiguous", "zigzag"]
@@ -180,16 +181,10 @@ def _rows_seeing_keys(config: Any, mask: jax.Array, step: Any, index: Any, tq: i
 
 
 def _varying_like(witness: jax.Array, xs: Any) -> Any:
-    """``xs`` (a pytree of arrays) varying over the mesh axes ``witness`` varies over, as the
-    ring's hops make its carry: a loop's carry keeps one type (zeros of ``witness``'s first
-    entry added, or'ed into booleans)."""
-    zero = jnp.zeros_like(witness.reshape(-1)[:1])
-
-    def vary(x: jax.Array) -> jax.Array:
-        z = zero.astype(x.dtype).reshape((1,) * x.ndim)
-        return jnp.logical_or(x, z) if x.dtype == jnp.bool_ else x + z
-
-    return jax.tree.map(vary, xs)
+    """``xs`` (a pytree of arrays) varying over the manual mesh axes ``witness`` and its own
+    leaves vary over, as the ring's hops make its carry: a loop's carry keeps one type."""
+    leaves, tree = jax.tree.flatten(xs)
+    return jax.tree.unflatten(tree, varying_alike([witness, *leaves])[1:])
 
 
 def _circle(ring: Ring, own: list[jax.Array], state: Any, visit: Callable[..., Any]) -> Any:

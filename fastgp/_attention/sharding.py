@@ -77,7 +77,7 @@ def kernels_run_per_device(q: jax.Array, k: jax.Array, v: jax.Array) -> bool:
     return True
 
 
-def _varying_alike(args: Sequence[jax.Array]) -> list[jax.Array]:
+def varying_alike(args: Sequence[jax.Array]) -> list[jax.Array]:
     """Every operand varying over the same manual axes (a kernel's operands share one type;
     interpret mode checks it), e.g. replicated parameters' tangents beside a sharded batch's."""
     union = frozenset().union(*(varying_axes(a) for a in args))
@@ -116,7 +116,7 @@ def bind_per_device(prim: Primitive, *args: jax.Array, config: Any) -> list[jax.
         return prim.bind(first, *args[1:], config=config)
     if mode == "manual":
         _refuse_tpu_interpret_in_shard_map(config.backend)
-        return prim.bind(*_varying_alike(args), config=config)
+        return prim.bind(*varying_alike(args), config=config)
     mesh = mesh_of(args[0])
     batch, heads, in_specs = _specs(args, config.backend)
     # operands sharded otherwise over batch or heads (a replicated mask) follow q
