@@ -30,6 +30,7 @@ no longer give fails the suite. Sources, per block (:data:`BLOCKS`, paths under 
     attention/sequence_memory_tpu.json the same R1 program per v5e chip (compile-only)
     attention/ring_overlap.json        what runs beside the ring's transfers on v5e (compile-only)
     attention/auto_cpu.json            with attention_tpu.json, gpu/: what attention's "auto" runs
+    attention/step_time_cpu.json       a ViT critic's step on CPU: fastgp's, JAX's, Flax's attention
     gpu/attention_gpu*.json            the long ViT's steps through each attention on an H200
     gpu/gpu_bandwidth.md               the penalty's Triton kernel against XLA on an H200
     tpu/tpu_compile.json               the toy critics compiled for v5e, v6e and TPU7x, per JAX
@@ -803,6 +804,7 @@ BLOCKS = {
         attention_auto, ("attention/attention_tpu.json", "attention/auto_cpu.json", *GPU_ATTENTION)
     ),
     "attention-gpu": Block(attention_gpu, GPU_ATTENTION),
+    "attention-step-time": _study_table("attention.step_time", "attention/step_time_cpu.json"),
     "gpu-bandwidth": Block(gpu_bandwidth, ("gpu/gpu_bandwidth.md",)),
     "attention-second-order": Block(
         attention_second_order,
