@@ -10,10 +10,13 @@ chooses from its operands' shardings:
 
 * batch and heads stay split as q's are;
 * when q's token axis is split over n devices whose count divides the tokens and each device's
-  heads, and the scheme is "auto" or "all-to-all", every token axis stays split and the body
-  trades it for a head split (all-to-alls; the key mask gathered), runs the one-device pass on
-  every token of its heads, and trades the results back, as the all-to-all scheme does in
-  ``shard_map`` (``fastgp._attention.sequence``);
+  heads, and the scheme is "auto" or "all-to-all", the pass takes its operands with the heads
+  split over those devices too and every token whole (the key mask gathered), runs the
+  one-device pass on every token of its heads, and trades its results back to the token split
+  (all-to-alls), as the all-to-all scheme does in ``shard_map``
+  (``fastgp._attention.sequence``). XLA's partitioner makes the operands' trade, once for each
+  array however many passes read it: the R1 program's 5 passes trade 25 times, where a trade
+  inside each pass made 43 (docs/performance.md);
 * otherwise, when q's token axis is split over mesh axes into whole blocks on each device (for
   causal masking, with queries and keys on one grid), every token axis stays split over them and
   the pass runs as ring steps over those axes (``fastgp._attention.ring``), as in ``shard_map``;
@@ -37,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 from fastgp._attention.config import Config, heads_do_not_split, heads_split
 from fastgp._attention.permute import own_channels
 from fastgp._attention.ring import Ring
-from fastgp._attention.trade import gathered_tokens, to_heads, to_tokens
+from fastgp._attention.trade import to_tokens
 from fastgp._sharding import axes_of, full_spec
 
 Impl = Callable[..., Sequence[jax.Array]]
@@ -50,6 +53,12 @@ class _Plan:
     batch: Any
     heads: Any
     tokens: Any
+
+    def on_heads(self) -> "_Plan":
+        """The all-to-all's split of a pass's operands: the heads over q's head axes and then
+        its token axes, every token whole."""
+        heads = (*axes_of(self.heads), *axes_of(self.tokens))
+        return _Plan(self.batch, heads if len(heads) > 1 else heads[0], None)
 
     def spec(self, ndim: int) -> P:
         """The spec of a (B, H, T, D) array, of lse (B, H, T), or of the key mask (B, T)."""
@@ -86,18 +95,12 @@ def _devices(entry: Any, mesh: Any) -> int:
     return math.prod(mesh.shape[a] for a in axes_of(entry))
 
 
-def _all_to_all(body: Impl, axes: tuple[str, ...]) -> Impl:
-    """``body`` on every token of this device's share of the heads: each operand's token split
-    traded for a head split (the key mask gathered), and each result's back."""
-
-    def on_heads(x: jax.Array) -> jax.Array:
-        if x.ndim == 2:  # the key mask
-            return gathered_tokens(x, axes)
-        return to_heads(x, axes, tokens_at=2, heads_at=1)
+def _results_to_tokens(body: Impl, axes: tuple[str, ...]) -> Impl:
+    """``body`` on every token of this device's share of the heads (its operands arrive so), each
+    result's head split traded back for the token split over ``axes``."""
 
     def run(*args: jax.Array) -> tuple[jax.Array, ...]:
-        results = body(*(on_heads(x) for x in args))
-        return tuple(to_tokens(r, axes, tokens_at=2, heads_at=1) for r in results)
+        return tuple(to_tokens(r, axes, tokens_at=2, heads_at=1) for r in body(*args))
 
     return run
 
@@ -159,11 +162,15 @@ def partitioned(
 
     def shardings(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:
         plan, body_config, on_heads = _plan(config, mesh, operands)
-        place = lambda shapes: tuple(NamedSharding(mesh, plan.spec(len(s.shape))) for s in shapes)
+
+        def place(plan: _Plan, shapes: Sequence[Any]) -> tuple[NamedSharding, ...]:
+            return tuple(NamedSharding(mesh, plan.spec(len(s.shape))) for s in shapes)
+
         body = impl_of(body_config)
         if on_heads:
-            body = _all_to_all(body, axes_of(plan.tokens))
-        return body, place(operands), place(results)
+            body = _results_to_tokens(body, axes_of(plan.tokens))
+            return body, place(plan.on_heads(), operands), place(plan, results)
+        return body, place(plan, operands), place(plan, results)
 
     def infer(mesh: Any, operands: Sequence[Any], results: Sequence[Any]) -> Any:
         return shardings(mesh, operands, results)[2]
