@@ -756,6 +756,9 @@ BLOCKS = {
     "attention-sequence-memory": _study_table(
         "attention.sequence_memory", "attention/sequence_memory.json"
     ),
+    "attention-sequence-memory-auto-jit": _study_table(
+        "attention.sequence_memory", "attention/sequence_memory_h8.json", "auto_jit_summary"
+    ),
     "attention-sequence-memory-floors": _study_table(
         "attention.sequence_memory", "attention/sequence_memory.json", "floor_summary"
     ),

@@ -271,6 +271,37 @@ def floor_summary(result: dict[str, Any], margin: float = 0.15) -> str:
     return head + ("" if not misses else "; over it: " + "; ".join(misses))
 
 
+def auto_jit_summary(result: dict[str, Any]) -> str:
+    """docs/performance.md's sentence: the all-to-all under Auto jax.jit, per program, its
+    temporaries per device times n over one device's (every T and n of ``result``) and its
+    all-to-alls, beside shard_map's."""
+
+    def cells(program: str, mode: str) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in result["rows"]
+            if r["program"] == program and r.get("mode") == mode and r.get("scheme") == "all-to-all"
+        ]
+
+    def trades(rows: list[dict[str, Any]]) -> str:
+        return "-".join(str(c) for c in sorted({r["collectives"]["all-to-all"] for r in rows}))
+
+    held, with_ = {}, {}
+    for program in ("gradient", "reverse-over-forward"):
+        auto, in_map = cells(program, "auto jit"), cells(program, "shard_map")
+        held[program] = _span([r["of_one"] * r["shards"] for r in auto])
+        with_[program] = f"{trades(auto)} all-to-alls ({trades(in_map)} in shard_map)"
+    tokens = " and ".join(f"{t:,}" for t in sorted({r["tokens"] for r in result["rows"]}))
+    shards = sorted({r["shards"] for r in result["rows"] if r.get("mode") == "auto jit"})
+    return (
+        f"with {tokens} tokens over {', '.join(map(str, shards[:-1]))} and {shards[-1]} CPU "
+        f"devices ({result['heads']} heads), the all-to-all's gradient program holds "
+        f"{held['gradient']} of 1 / n of one device's temporaries per device, with "
+        f"{with_['gradient']}, and its R1 program {held['reverse-over-forward']}, with "
+        f"{with_['reverse-over-forward']}"
+    )
+
+
 def scheduler_summary(default: dict[str, Any], memory: dict[str, Any]) -> str:
     """docs/performance.md's sentence: per program, one device's temporaries and the ring's per
     device (every T, n and mode) under the memory scheduler over those under the default."""

@@ -136,3 +136,29 @@ def test_the_page_lists_each_floor_with_what_it_adds_up():
     page = sm.markdown(result)
     assert "| 4,096 | gradient | 4 | 30.0 | 7.0 | 0.370 |" in page
     assert "concurrency scheduler" in page
+
+
+def test_the_auto_jit_sentence_reads_the_all_to_all_rows_of_each_mode():
+    """Each program's span of temporaries x n under Auto jit and its all-to-alls beside
+    shard_map's; the ring's rows and the other modes' ratios do not enter."""
+
+    def row(program, n, mode, scheme, of_one, trades):
+        cell = {"tokens": 4096, "program": program, "shards": n, "mode": mode}
+        return cell | {"scheme": scheme, "of_one": of_one, "collectives": {"all-to-all": trades}}
+
+    rows = [
+        row("gradient", 2, "auto jit", "all-to-all", 0.5, 11),
+        row("gradient", 4, "auto jit", "all-to-all", 0.26, 11),
+        row("gradient", 4, "shard_map", "all-to-all", 0.25, 8),
+        row("gradient", 4, "auto jit", "ring", 0.9, 0),
+        row("reverse-over-forward", 2, "auto jit", "all-to-all", 0.6, 25),
+        row("reverse-over-forward", 4, "auto jit", "all-to-all", 0.3, 25),
+        row("reverse-over-forward", 4, "shard_map", "all-to-all", 0.25, 11),
+    ]
+    sentence = sm.auto_jit_summary({"heads": 8, "rows": rows})
+    assert sentence == (
+        "with 4,096 tokens over 2 and 4 CPU devices (8 heads), the all-to-all's gradient "
+        "program holds 1.00-1.04x of 1 / n of one device's temporaries per device, with 11 "
+        "all-to-alls (8 in shard_map), and its R1 program 1.20x, with 25 all-to-alls (11 in "
+        "shard_map)"
+    )
