@@ -114,7 +114,10 @@ def check_agree(losses: dict[str, float]) -> None:
 
 
 def measure(tokens: int, rounds: int) -> dict[str, Any]:
-    """The row of one token count: each arm's median seconds and fastgp's over JAX's."""
+    """The row of one token count: each arm's median seconds and fastgp's over each other arm's.
+    ValueError unless ``tokens`` is a square (the patches tile a square image)."""
+    if tokens < 1 or math.isqrt(tokens) ** 2 != tokens:
+        raise ValueError(f"--tokens takes squares (a square image of 4x4 patches), got {tokens}")
     side = PATCH * math.isqrt(tokens)
     key = jax.random.PRNGKey(0)
     params = init(key)

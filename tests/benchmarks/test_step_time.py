@@ -20,6 +20,11 @@ def test_the_critic_equals_itself_through_each_attention():
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_tokens_that_tile_no_square_image_are_refused():
+    with pytest.raises(ValueError, match="squares"):
+        step_time.measure(300, rounds=1)
+
+
 def test_arms_that_disagree_are_refused():
     step_time.check_agree({"fastgp": 1.0, "jax": 1.00001, "flax": 0.99999})
     with pytest.raises(AssertionError, match="different losses"):
