@@ -1,5 +1,7 @@
 """benchmarks.attention.step_time: the arms compute one loss, and the table reads the results."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -9,11 +11,12 @@ from benchmarks.attention import step_time
 
 def test_the_critic_equals_itself_through_each_attention():
     """The three arms' critics agree on a small image (16 tokens), scores and input gradients."""
-    params = step_time.init(jax.random.PRNGKey(0))
+    specs = {name: step_time.spec(16, fn) for name, fn in step_time.ATTENTIONS.items()}
+    params = specs["fastgp"].model.init(jax.random.PRNGKey(0))
     x = jax.random.normal(jax.random.PRNGKey(1), (2, 16, 16, 3))
     outs = {}
-    for name, fn in step_time.ATTENTIONS.items():
-        score = lambda x, fn=fn: step_time.critic(fn, params, x)
+    for name, spec in specs.items():
+        score = functools.partial(spec.model.apply, params)
         outs[name] = (score(x), jax.grad(lambda x, s=score: s(x).sum())(x))
     for name in step_time.OTHERS:
         for got, want in zip(outs["fastgp"], outs[name], strict=True):
