@@ -15,8 +15,7 @@ chooses from its operands' shardings:
   one-device pass on every token of its heads, and trades its results back to the token split
   (all-to-alls), as the all-to-all scheme does in ``shard_map``
   (``fastgp._attention.sequence``). XLA's partitioner makes the operands' trade, once for each
-  array however many passes read it: the R1 program of attention alone trades 25 times where a
-  trade inside each pass made 43 (docs/performance.md);
+  array however many passes read it (docs/performance.md counts them);
 * otherwise, when q's token axis is split over mesh axes into whole blocks on each device (for
   causal masking, with queries and keys on one grid), every token axis stays split over them and
   the pass runs as ring steps over those axes (``fastgp._attention.ring``), as in ``shard_map``;
